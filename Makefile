@@ -1,0 +1,32 @@
+# Quick start: `make demo` runs an example chain end to end; `make test` runs every check.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+.PHONY: setup test lint typecheck unit demo bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+lint: setup
+	$(BIN)/ruff check chains codegen tests examples benchmarks
+	$(BIN)/ruff format --check chains codegen
+
+typecheck: setup
+	$(BIN)/mypy --strict chains codegen
+
+unit: setup
+	$(BIN)/pytest
+
+test: lint typecheck unit
+
+demo: setup
+	$(BIN)/python examples/hello/demo.py
+
+clean:
+	rm -rf $(VENV) .chains .mypy_cache .pytest_cache .ruff_cache

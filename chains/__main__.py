@@ -1,0 +1,3 @@
+from chains.cli import main
+
+main()

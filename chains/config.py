@@ -1,0 +1,172 @@
+"""Configuration a chainlet declares: its image, compute, assets and options.
+
+Every object here is a frozen pydantic model. A bad value raises :class:`ChainsUsageError`
+naming the field and what it accepts, at the line that built the object.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from chains.errors import ChainsUsageError
+
+__all__ = ["Assets", "ChainletOptions", "Compute", "DockerImage", "RemoteConfig", "parse_memory"]
+
+_MEMORY_UNITS = {
+    "": 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T)?\s*$")
+_SECRET_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def parse_memory(value: str) -> int:
+    """The number of bytes in a Kubernetes-style quantity such as ``"512Mi"`` or ``"2G"``.
+
+    >>> parse_memory("512Mi")
+    536870912
+    """
+    match = _MEMORY_RE.match(value)
+    if match is None:
+        raise ValueError(
+            f"{value!r} is not a memory size; write a number with an optional unit, "
+            "e.g. '512Mi', '2Gi' or '1G' (units: K, M, G, T, Ki, Mi, Gi, Ti)"
+        )
+    number, unit = match.groups()
+    size = int(float(number) * _MEMORY_UNITS[unit or ""])
+    if size <= 0:
+        raise ValueError(f"memory must be more than zero, got {value!r}")
+    return size
+
+
+class _Config(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    if not TYPE_CHECKING:
+        # Type checkers keep pydantic's generated signature; at run time a bad value becomes
+        # a usage error that names the class and the field instead of a raw ValidationError.
+        def __init__(self, **data: Any) -> None:
+            try:
+                super().__init__(**data)
+            except pydantic.ValidationError as exc:
+                raise ChainsUsageError(_describe(type(self).__name__, exc)) from None
+
+
+def _describe(owner: str, exc: pydantic.ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"]) or "(value)"
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field; check its spelling"
+        lines.append(f"{owner}.{field}: {message} (got {error.get('input')!r})")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+class DockerImage(_Config):
+    """What goes into a chainlet's image beyond the SDK itself.
+
+    >>> DockerImage(pip_requirements=["numpy>=2"], apt_requirements=["ffmpeg"]).pip_requirements
+    ['numpy>=2']
+    """
+
+    base_image: str | None = None
+    pip_requirements: list[str] = pydantic.Field(default_factory=list)
+    requirements_file: str | None = None
+    apt_requirements: list[str] = pydantic.Field(default_factory=list)
+
+    @pydantic.field_validator("pip_requirements", "apt_requirements")
+    @classmethod
+    def _no_blank_entries(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if not entry.strip():
+                raise ValueError("entries must be non-empty package names")
+        return value
+
+
+class Compute(_Config):
+    """The resources of each replica of a chainlet, and how many calls it serves at once.
+
+    >>> Compute(cpu_count=2, memory="2Gi", concurrency=32).memory_bytes
+    2147483648
+    """
+
+    cpu_count: float = pydantic.Field(default=1, gt=0)
+    memory: str = "512Mi"
+    concurrency: int = pydantic.Field(default=32, ge=1)
+    replicas: int = pydantic.Field(default=1, ge=1)
+
+    @pydantic.field_validator("memory")
+    @classmethod
+    def _valid_memory(cls, value: str) -> str:
+        parse_memory(value)
+        return value
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_memory(self.memory)
+
+
+class Assets(_Config):
+    """Secrets a chainlet reads through ``context.secrets``; only declared keys are readable.
+
+    >>> Assets(secret_keys=["hf_token"]).secret_keys
+    ['hf_token']
+    """
+
+    secret_keys: list[str] = pydantic.Field(default_factory=list)
+
+    @pydantic.field_validator("secret_keys")
+    @classmethod
+    def _valid_keys(cls, value: list[str]) -> list[str]:
+        for key in value:
+            if not _SECRET_KEY_RE.match(key):
+                raise ValueError(
+                    f"secret key {key!r} must start with a letter or '_' and hold only "
+                    "letters, digits, '_', '.' or '-'"
+                )
+        if len(set(value)) != len(value):
+            raise ValueError("secret keys must be unique")
+        return value
+
+
+class ChainletOptions(_Config):
+    """Process-level options: environment variables set for the chainlet's server.
+
+    >>> ChainletOptions(env_variables={"LOG_LEVEL": "debug"}).env_variables
+    {'LOG_LEVEL': 'debug'}
+    """
+
+    env_variables: dict[str, str] = pydantic.Field(default_factory=dict)
+
+    @pydantic.field_validator("env_variables")
+    @classmethod
+    def _valid_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+        return value
+
+
+class RemoteConfig(_Config):
+    """Everything about how a chainlet is deployed, set as the class attribute ``remote_config``.
+
+    >>> RemoteConfig(compute=Compute(concurrency=8)).compute.concurrency
+    8
+    """
+
+    docker_image: DockerImage = pydantic.Field(default_factory=DockerImage)
+    compute: Compute = pydantic.Field(default_factory=Compute)
+    assets: Assets = pydantic.Field(default_factory=Assets)
+    options: ChainletOptions = pydantic.Field(default_factory=ChainletOptions)
+    name: str | None = None
