@@ -1,0 +1,190 @@
+"""The authoring API: ``ChainletBase``, ``depends``, ``depends_context`` and ``mark_entrypoint``."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar, cast, overload
+
+from chains.config import RemoteConfig
+from chains.context import DeploymentContext
+from chains.errors import ChainsRuntimeError
+
+__all__ = [
+    "DEFAULT_RETRIES",
+    "DEFAULT_TIMEOUT_SEC",
+    "ChainletBase",
+    "ContextMarker",
+    "DependencyMarker",
+    "chainlet_name",
+    "depends",
+    "depends_context",
+    "entrypoint_marker",
+    "mark_entrypoint",
+]
+
+DEFAULT_RETRIES = 2
+DEFAULT_TIMEOUT_SEC = 600.0
+
+ChainletT = TypeVar("ChainletT", bound="ChainletBase")
+
+# Who may build a chainlet right now: run_local and the server set a builder that injects
+# dependencies; with none set, constructing a chainlet by hand is refused.
+Builder = Callable[[type["ChainletBase"], tuple[Any, ...], dict[str, Any]], "ChainletBase"]
+_builder: contextvars.ContextVar[Builder | None] = contextvars.ContextVar("chains_builder", default=None)
+
+
+@contextmanager
+def building_with(builder: Builder) -> Iterator[None]:
+    """Let chainlets be constructed inside this block, each through ``builder``."""
+    token = _builder.set(builder)
+    try:
+        yield
+    finally:
+        _builder.reset(token)
+
+
+def construct(cls: type[ChainletBase], args: tuple[Any, ...], kwargs: dict[str, Any]) -> ChainletBase:
+    """Run the class's own ``__new__``/``__init__`` with the arguments a builder chose."""
+    return type.__call__(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+
+class _ChainletMeta(type):
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        builder = _builder.get()
+        if builder is None:
+            raise ChainsRuntimeError(
+                f"chainlet {cls.__name__!r} cannot be constructed directly: its dependencies are "
+                f"injected by chains. In tests use `with chains.run_local(): {cls.__name__}()`; "
+                "to serve it use `chains push`."
+            )
+        return builder(cast(type[ChainletBase], cls), args, kwargs)
+
+
+class ChainletBase(metaclass=_ChainletMeta):
+    """Base class of every chainlet: a Python class that runs as its own service.
+
+    Subclasses define ``run_remote`` (the endpoint other chainlets call), optionally an
+    ``__init__`` whose parameters are dependencies, and optionally ``is_healthy``::
+
+        class Upper(chains.ChainletBase):
+            async def run_remote(self, text: str) -> str:
+                return text.upper()
+
+    Each subclass is checked when it is defined (see ``chains check``).
+    """
+
+    remote_config: ClassVar[RemoteConfig] = RemoteConfig()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        from chains import checks  # checks imports this module
+
+        checks.on_class_defined(cls)
+
+
+def chainlet_name(cls: type[ChainletBase]) -> str:
+    """The name a chainlet is deployed under: ``remote_config.name`` or the class name."""
+    return cls.remote_config.name or cls.__name__
+
+
+@dataclass(frozen=True)
+class DependencyMarker:
+    """The default value ``chains.depends(...)`` leaves in an ``__init__`` signature."""
+
+    chainlet_cls: type[ChainletBase]
+    retries: int = DEFAULT_RETRIES
+    timeout_sec: float = DEFAULT_TIMEOUT_SEC
+    concurrency_limit: int | None = None
+    use_binary: bool = False
+
+    def problems(self) -> list[str]:
+        """What is wrong with the arguments given to ``depends``, in plain words."""
+        found = []
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            found.append(f"retries must be a whole number >= 0, got {self.retries!r}")
+        if (
+            isinstance(self.timeout_sec, bool)
+            or not isinstance(self.timeout_sec, int | float)
+            or not self.timeout_sec > 0
+        ):
+            found.append(f"timeout_sec must be a number > 0, got {self.timeout_sec!r}")
+        limit = self.concurrency_limit
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            found.append(f"concurrency_limit must be a whole number >= 1 or None, got {limit!r}")
+        if not isinstance(self.use_binary, bool):
+            found.append(f"use_binary must be True or False, got {self.use_binary!r}")
+        return found
+
+
+@dataclass(frozen=True)
+class ContextMarker:
+    """The default value ``chains.depends_context()`` leaves in an ``__init__`` signature."""
+
+
+def depends(
+    chainlet_cls: type[ChainletT],
+    retries: int = DEFAULT_RETRIES,
+    timeout_sec: float = DEFAULT_TIMEOUT_SEC,
+    concurrency_limit: int | None = None,
+    use_binary: bool = False,
+) -> ChainletT:
+    """Declare a dependency on another chainlet as the default of an ``__init__`` parameter.
+
+    At run time the parameter receives a stub with the same ``run_remote`` signature::
+
+        def __init__(self, words: Words = chains.depends(Words, retries=3, timeout_sec=30)) -> None:
+            self._words = words
+
+    ``retries`` counts retries after the first attempt; ``timeout_sec`` bounds each attempt;
+    ``concurrency_limit`` caps this caller's concurrent calls (streams included).
+    """
+    marker = DependencyMarker(chainlet_cls, retries, timeout_sec, concurrency_limit, use_binary)
+    return cast(ChainletT, marker)
+
+
+def depends_context() -> DeploymentContext:
+    """Ask for the :class:`DeploymentContext` as the last ``__init__`` parameter::
+
+    def __init__(self, context: chains.DeploymentContext = chains.depends_context()) -> None:
+        self._token = context.secrets["hf_token"]
+    """
+    return cast(DeploymentContext, ContextMarker())
+
+
+_ENTRYPOINT_ATTR = "__chains_entrypoint__"
+
+
+@overload
+def mark_entrypoint(cls: type[ChainletT], /) -> type[ChainletT]: ...
+@overload
+def mark_entrypoint(name: str, /) -> Callable[[type[ChainletT]], type[ChainletT]]: ...
+def mark_entrypoint(
+    target: type[ChainletT] | str, /
+) -> type[ChainletT] | Callable[[type[ChainletT]], type[ChainletT]]:
+    """Mark the chainlet that receives external calls; optionally name the chain.
+
+    @chains.mark_entrypoint
+    class Entry(chains.ChainletBase): ...
+
+    @chains.mark_entrypoint("my-chain")
+    class Other(chains.ChainletBase): ...
+    """
+    if isinstance(target, str):
+        chain_name = target
+
+        def mark(cls: type[ChainletT]) -> type[ChainletT]:
+            setattr(cls, _ENTRYPOINT_ATTR, chain_name)
+            return cls
+
+        return mark
+    setattr(target, _ENTRYPOINT_ATTR, "")
+    return target
+
+
+def entrypoint_marker(cls: type[ChainletBase]) -> str | None:
+    """``None`` for a chainlet that is not marked, else the chain name it was marked with."""
+    value = cls.__dict__.get(_ENTRYPOINT_ATTR)
+    return value if isinstance(value, str) else None

@@ -1,0 +1,388 @@
+"""What a chainlet's ``run_remote`` looks like on the wire: its inputs, its output, its stream kind.
+
+``analyze_endpoint`` reads the method once, reports every rule it breaks, and otherwise gives
+an :class:`EndpointSpec` that the codecs, the server, the stubs and the code generator share.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import re
+import typing
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+import pydantic
+
+from chains.errors import Violation
+from chains.locations import Locator
+from chains.sse import SSE
+from chains.streams import StreamTypes
+
+__all__ = [
+    "EndpointAnalysis",
+    "EndpointSpec",
+    "OutputKind",
+    "Param",
+    "analyze_endpoint",
+    "field_name",
+    "type_label",
+    "wire_adapter",
+]
+
+OutputKind = Literal["unary", "text", "bytes", "sse", "items", "structured"]
+
+METHOD = "run_remote"
+
+# JSON has no bytes: base64 keeps any byte value intact where UTF-8 would refuse some.
+WIRE_CONFIG = pydantic.ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+_ITERATOR_ORIGINS = (collections.abc.AsyncIterator, collections.abc.AsyncGenerator)
+_SYNC_ITERATOR_ORIGINS = (
+    collections.abc.Iterator,
+    collections.abc.Generator,
+    collections.abc.Iterable,
+    collections.abc.AsyncIterable,
+)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of ``run_remote``."""
+
+    name: str
+    annotation: Any
+    default: Any = inspect.Parameter.empty
+
+    @property
+    def required(self) -> bool:
+        return self.default is inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    """The checked shape of a chainlet's endpoint.
+
+    ``output_type`` is the return type of a unary endpoint and the item type of a stream
+    (``str``, ``bytes``, :class:`SSE`, a serializable ``T``, or ``bytes`` for a structured
+    stream, whose parts are described by ``stream_types``).
+    """
+
+    chainlet: str
+    is_async: bool
+    params: tuple[Param, ...]
+    output_kind: OutputKind
+    output_type: Any
+    stream_types: StreamTypes[Any, Any, Any] | None = None
+    signature: inspect.Signature = field(default_factory=inspect.Signature, compare=False)
+
+    @property
+    def is_stream(self) -> bool:
+        return self.output_kind != "unary"
+
+    @cached_property
+    def input_model(self) -> type[pydantic.BaseModel]:
+        """The pydantic model of the JSON object ``POST /run_remote`` takes."""
+        return _input_model(self.chainlet, self.params)
+
+    @cached_property
+    def output_adapter(self) -> pydantic.TypeAdapter[Any]:
+        """Validates and serializes a unary result, or one item of a typed item stream."""
+        return wire_adapter(self.output_type)
+
+    def describe(self) -> str:
+        """A one-line signature for people: ``run_remote(prompt: str) -> stream of str``."""
+        params = ", ".join(
+            f"{p.name}: {type_label(p.annotation)}" + ("" if p.required else f" = {p.default!r}")
+            for p in self.params
+        )
+        if self.output_kind == "unary":
+            output = type_label(self.output_type)
+        elif self.output_kind == "structured" and self.stream_types is not None:
+            output = f"structured stream {self.stream_types!r}"
+        else:
+            output = f"stream of {type_label(self.output_type)}"
+        prefix = "async " if self.is_async else ""
+        return f"{prefix}{METHOD}({params}) -> {output}"
+
+
+def wire_adapter(tp: Any) -> pydantic.TypeAdapter[Any]:
+    """A TypeAdapter for ``tp`` with the wire's JSON settings where the type allows them."""
+    try:
+        return pydantic.TypeAdapter(tp, config=WIRE_CONFIG)
+    except pydantic.PydanticUserError:  # models and dataclasses carry their own config
+        return pydantic.TypeAdapter(tp)
+
+
+def field_name(param: str) -> str:
+    """The input model's field for ``param``: a parameter called e.g. ``json`` or ``copy``
+    would shadow a BaseModel attribute, so it gets a trailing ``_`` and an alias."""
+    return f"{param}_" if hasattr(pydantic.BaseModel, param) else param
+
+
+def _input_model(chainlet: str, params: tuple[Param, ...]) -> type[pydantic.BaseModel]:
+    fields: dict[str, Any] = {}
+    for p in params:
+        default = ... if p.required else p.default
+        name = field_name(p.name)
+        fields[name] = (p.annotation, default if name == p.name else pydantic.Field(default, alias=p.name))
+    config = pydantic.ConfigDict(extra="forbid", populate_by_name=True, **WIRE_CONFIG)
+    model: type[pydantic.BaseModel] = pydantic.create_model(f"{chainlet}Input", __config__=config, **fields)
+    return model
+
+
+@dataclass
+class EndpointAnalysis:
+    spec: EndpointSpec | None = None
+    violations: list[Violation] = field(default_factory=list)
+    # The hints name something not defined yet (a forward reference): check again at load.
+    deferred: bool = False
+
+
+def analyze_endpoint(cls: type, chainlet: str, locator: Locator, *, final: bool) -> EndpointAnalysis:
+    """Check ``cls.run_remote`` against the endpoint rules and describe it."""
+    result = EndpointAnalysis()
+    method = _find_method(cls)
+    if method is None:
+        result.violations.append(
+            locator.at_class(
+                f"no `{METHOD}` method; define `async def {METHOD}(self, ...) -> ...` "
+                "as the chainlet's endpoint"
+            )
+        )
+        return result
+    owner = next(c for c in cls.__mro__ if METHOD in c.__dict__)
+    if owner is not cls:
+        locator = Locator(owner)
+
+    def at_def(message: str) -> Violation:
+        return locator.at_method(METHOD, message)
+
+    try:
+        signature = inspect.signature(method)
+    except (TypeError, ValueError) as exc:
+        result.violations.append(at_def(f"cannot read the signature: {exc}"))
+        return result
+    all_params = list(signature.parameters.values())
+    if (
+        not all_params
+        or all_params[0].name != "self"
+        or all_params[0].kind
+        not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        )
+    ):
+        result.violations.append(
+            at_def(
+                f"`{METHOD}` must be an instance method taking `self` first, "
+                f"e.g. `def {METHOD}(self, x: int)`"
+            )
+        )
+        return result
+
+    hints, unresolved = _resolve_hints(method)
+    if unresolved is not None:
+        if not final:
+            result.deferred = True
+            return result
+        result.violations.append(
+            at_def(f"cannot resolve the annotations ({unresolved}); import or define the names they use")
+        )
+        return result
+
+    params = []
+    for p in all_params[1:]:
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            stars = "*" if p.kind is inspect.Parameter.VAR_POSITIONAL else "**"
+            result.violations.append(
+                locator.at_param(
+                    METHOD, p.name, f"`{stars}{p.name}` is not allowed; list each argument with its type"
+                )
+            )
+            continue
+        if p.name not in hints:
+            result.violations.append(
+                locator.at_param(METHOD, p.name, f"parameter `{p.name}` has no type annotation; add one")
+            )
+            continue
+        if p.name.startswith("_"):
+            result.violations.append(
+                locator.at_param(
+                    METHOD,
+                    p.name,
+                    f"parameter `{p.name}` starts with '_', which JSON field names cannot; rename it",
+                )
+            )
+            continue
+        annotation = hints[p.name]
+        problem = _serialization_problem(annotation, "validation")
+        if problem:
+            result.violations.append(
+                locator.at_param(
+                    METHOD,
+                    p.name,
+                    f"parameter `{p.name}` has type {type_label(annotation)}, which cannot be sent over the "
+                    f"wire ({problem}); use JSON-compatible types or pydantic models",
+                )
+            )
+            continue
+        params.append(Param(p.name, annotation, p.default))
+
+    if "return" not in hints:
+        result.violations.append(
+            locator.at_param(METHOD, "return", f"`{METHOD}` has no return annotation; add `-> ...`")
+        )
+        return result
+    output = _classify_output(method, hints["return"], locator)
+    result.violations.extend(output.violations)
+    if result.violations or output.kind is None:
+        return result
+    result.spec = EndpointSpec(
+        chainlet=chainlet,
+        is_async=inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method),
+        params=tuple(params),
+        output_kind=output.kind,
+        output_type=output.item_type,
+        stream_types=output.stream_types,
+        signature=signature,
+    )
+    return result
+
+
+def _find_method(cls: type) -> Any:
+    for klass in cls.__mro__:
+        if METHOD in klass.__dict__:
+            attr = klass.__dict__[METHOD]
+            return attr if inspect.isfunction(attr) else getattr(attr, "__func__", attr)
+    return None
+
+
+def _resolve_hints(func: Any) -> tuple[dict[str, Any], str | None]:
+    try:
+        return typing.get_type_hints(func, include_extras=True), None
+    except NameError as exc:
+        return {}, str(exc)
+    except Exception as exc:  # a hint that evaluates but is not a type, e.g. a typo'd expression
+        return {}, f"{type(exc).__name__}: {exc}"
+
+
+@dataclass
+class _Output:
+    kind: OutputKind | None = None
+    item_type: Any = None
+    stream_types: StreamTypes[Any, Any, Any] | None = None
+    violations: list[Violation] = field(default_factory=list)
+
+
+def _classify_output(method: Any, annotation: Any, locator: Locator) -> _Output:
+    out = _Output()
+
+    def fail(message: str) -> _Output:
+        out.violations.append(locator.at_param(METHOD, "return", message))
+        return out
+
+    is_async_gen = inspect.isasyncgenfunction(method)
+    is_sync_gen = inspect.isgeneratorfunction(method)
+    has_yield = is_async_gen or is_sync_gen
+
+    stream_types: StreamTypes[Any, Any, Any] | None = None
+    inner = annotation
+    if typing.get_origin(annotation) is typing.Annotated:
+        inner, *metadata = typing.get_args(annotation)
+        found = [m for m in metadata if isinstance(m, StreamTypes)]
+        if found:
+            stream_types = found[0]
+    origin = typing.get_origin(inner) or inner
+    is_iterator = origin in _ITERATOR_ORIGINS
+
+    if is_sync_gen:
+        return fail(
+            "streaming endpoints must be `async def`: this is a sync generator; write "
+            f"`async def {METHOD}(...) -> AsyncIterator[T]` and keep the `yield`"
+        )
+    if origin in _SYNC_ITERATOR_ORIGINS:
+        return fail(
+            f"{type_label(annotation)} is not a stream type; streaming endpoints must be `async def` and "
+            "annotated `AsyncIterator[T]` or `AsyncGenerator[T, None]`"
+        )
+    if has_yield and not is_iterator:
+        return fail(
+            f"the body yields, so the return annotation must be `AsyncIterator[T]` (or "
+            f"`AsyncGenerator[T, None]`), not {type_label(annotation)}"
+        )
+    if is_iterator and not has_yield:
+        return fail(
+            f"the return annotation is {type_label(annotation)} but the body has no `yield`; "
+            "yield the items, or return a plain value with a non-iterator annotation"
+        )
+    if stream_types is not None and not is_iterator:
+        return fail("a StreamTypes annotation belongs on `Annotated[AsyncIterator[bytes], <StreamTypes>]`")
+
+    if not is_iterator:
+        problem = _serialization_problem(annotation, "serialization")
+        if problem:
+            return fail(
+                f"the return type {type_label(annotation)} cannot be sent over the wire ({problem}); "
+                "use JSON-compatible types or pydantic models"
+            )
+        out.kind, out.item_type = "unary", annotation
+        return out
+
+    args = typing.get_args(inner)
+    if not args:
+        return fail(f"say what the stream yields: `AsyncIterator[T]`, not bare {type_label(inner)}")
+    item = args[0]
+    if origin is collections.abc.AsyncGenerator and len(args) > 1 and args[1] not in (None, type(None)):
+        return fail("an endpoint generator cannot receive values: use `AsyncGenerator[T, None]`")
+    if stream_types is not None:
+        if item is not bytes:
+            return fail(
+                "a structured stream is annotated `Annotated[AsyncIterator[bytes], <StreamTypes>]`; its "
+                f"generator yields the bytes of `writer.yield_*`, not {type_label(item)}"
+            )
+        out.kind, out.item_type, out.stream_types = "structured", bytes, stream_types
+        return out
+    if item is str:
+        out.kind = "text"
+    elif item is bytes:
+        out.kind = "bytes"
+    elif item is SSE:
+        out.kind = "sse"
+    else:
+        problem = _serialization_problem(item, "serialization")
+        if problem:
+            return fail(
+                f"the stream item type {type_label(item)} cannot be sent over the wire ({problem}); "
+                "stream str, bytes, chains.SSE, or JSON-compatible types and pydantic models"
+            )
+        out.kind = "items"
+    out.item_type = item
+    return out
+
+
+def _serialization_problem(tp: Any, mode: Literal["validation", "serialization"]) -> str:
+    """Why pydantic cannot put ``tp`` on the wire as JSON, or "" when it can."""
+    try:
+        wire_adapter(tp).json_schema(mode=mode)
+    except pydantic.PydanticSchemaGenerationError:
+        return "pydantic has no JSON schema for it"
+    except pydantic.errors.PydanticInvalidForJsonSchema as exc:
+        return str(exc).splitlines()[0]
+    except pydantic.PydanticUserError as exc:
+        return str(exc).splitlines()[0]
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return ""
+
+
+def type_label(tp: Any) -> str:
+    """A short readable name for a type hint: ``list[Token]``, ``AsyncIterator[str]``."""
+    if tp is type(None) or tp is None:
+        return "None"
+    if isinstance(tp, type) and not typing.get_args(tp):
+        return tp.__qualname__ if tp.__module__ != "builtins" else tp.__name__
+    # Drop module paths: `list[my_chain.Token]` reads better as `list[Token]`.
+    return re.sub(r"\b(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)", r"\1", repr(tp))

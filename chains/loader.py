@@ -1,0 +1,133 @@
+"""Loading a chain file: import it as a module of its own, check it, find its entrypoint."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+from chains.chainlet import ChainletBase, entrypoint_marker
+from chains.checks import NAME_RE, Chain, build_chain, check_chainlet, collecting_violations
+from chains.errors import ChainsUsageError, Violation
+from chains.locations import Locator
+
+__all__ = ["chainlets_in", "find_entrypoint", "import_chain_file", "load_chain"]
+
+
+def import_chain_file(path: str | Path) -> tuple[ModuleType, list[Violation]]:
+    """Import ``path`` under a module name of its own, collecting definition-time violations.
+
+    Two chain files may both define ``Entry``: each lives in its own module. Importing the
+    same file again replaces the earlier module. The file's folder goes on ``sys.path`` so
+    that it can import its neighbours, as it would when run as a script.
+    """
+    file = Path(path).resolve()
+    if not file.is_file():
+        raise ChainsUsageError(f"{path}: no such file; give the path of a Python file that defines a chain")
+    if file.suffix != ".py":
+        raise ChainsUsageError(f"{path}: a chain file is a Python source file ending in .py")
+    digest = hashlib.sha1(str(file).encode()).hexdigest()[:10]
+    module_name = f"chains_src_{file.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise ChainsUsageError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    folder = str(file.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    sys.modules[module_name] = module
+    with collecting_violations() as found:
+        try:
+            spec.loader.exec_module(module)
+        except ChainsUsageError:
+            del sys.modules[module_name]
+            raise
+        except Exception as exc:
+            del sys.modules[module_name]
+            raise ChainsUsageError(
+                f"{path}: importing the chain file failed:\n{_short_traceback(exc)}"
+            ) from exc
+    return module, found
+
+
+def _short_traceback(exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]
+    lines = traceback.format_list(frames[1:] if len(frames) > 1 else frames)
+    return "".join(lines) + "".join(traceback.format_exception_only(exc))
+
+
+def chainlets_in(module: ModuleType) -> list[type[ChainletBase]]:
+    """Chainlet classes named in the module, those defined there first, in source order."""
+    found = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type) and issubclass(value, ChainletBase) and value is not ChainletBase
+    ]
+    return sorted(found, key=lambda cls: (cls.__module__ != module.__name__, Locator(cls).class_line))
+
+
+def find_entrypoint(module: ModuleType, entrypoint: str | None = None) -> type[ChainletBase]:
+    """The chainlet named ``entrypoint``, or the one marked with ``mark_entrypoint``."""
+    classes = chainlets_in(module)
+    path = getattr(module, "__file__", module.__name__)
+    names = ", ".join(cls.__name__ for cls in classes) or "none"
+    if entrypoint is not None:
+        for cls in classes:
+            if entrypoint in (cls.__name__, cls.remote_config.name):
+                return cls
+        raise ChainsUsageError(f"{path}: no chainlet named {entrypoint!r}; chainlets in the file: {names}")
+    marked = [cls for cls in classes if entrypoint_marker(cls) is not None]
+    if not marked:
+        raise ChainsUsageError(
+            f"{path}: no entrypoint; mark one chainlet with @chains.mark_entrypoint or pass "
+            f"--entrypoint NAME (chainlets in the file: {names})"
+        )
+    if len(marked) > 1:
+        raise ChainsUsageError(
+            f"{path}: {len(marked)} chainlets are marked as entrypoint: "
+            + ", ".join(cls.__name__ for cls in marked)
+            + "; keep one @chains.mark_entrypoint, or choose with --entrypoint NAME"
+        )
+    return marked[0]
+
+
+def load_chain(path: str | Path, entrypoint: str | None = None, name: str | None = None) -> Chain:
+    """Import, check and assemble the chain in ``path``; every violation is reported together.
+
+    >>> chain = load_chain("examples/hello/chain.py")   # doctest: +SKIP
+    >>> [c.name for c in chain.chainlets]               # doctest: +SKIP
+    ['Greeter', 'Hello']
+    """
+    module, violations = import_chain_file(path)
+    classes = chainlets_in(module)
+    for cls in classes:
+        if cls.__module__ == module.__name__:
+            for violation in check_chainlet(cls)[1]:
+                if violation not in violations:
+                    violations.append(violation)
+    try:
+        entry = find_entrypoint(module, entrypoint)
+    except ChainsUsageError as exc:
+        if violations:
+            raise ChainsUsageError(violations=[*violations, Violation(str(path), 0, "", str(exc))]) from None
+        raise
+    given_name = name or entrypoint_marker(entry)
+    chain_name = given_name or entry.remote_config.name or entry.__name__
+    if given_name and not NAME_RE.match(given_name):
+        violations.append(
+            Locator(entry).at_class(
+                f"chain name {chain_name!r} must start with a letter and hold only letters, "
+                "digits, '_' and '-'"
+            )
+        )
+    try:
+        chain = build_chain(entry, chain_name)
+    except ChainsUsageError as exc:
+        violations.extend(v for v in exc.violations if v not in violations)
+        raise ChainsUsageError(violations=violations) from None
+    if violations:
+        raise ChainsUsageError(violations=violations)
+    return chain
