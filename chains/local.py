@@ -1,0 +1,209 @@
+"""``chains.run_local``: a whole chain in one process, with stubs that behave like remote ones."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pydantic_core
+
+from chains import codec
+from chains.chainlet import ChainletBase, DependencyMarker, building_with, construct
+from chains.checks import ChainletSpec, build_chain
+from chains.context import DeploymentContext, Secrets, ServiceDescriptor
+from chains.errors import ChainsUsageError, DeadlineExceeded, ErrorDetail, RemoteError
+from chains.stream_codecs import decode_framed, encode_framed, shape_of
+
+__all__ = ["LocalStub", "run_local"]
+
+
+@contextmanager
+def run_local(
+    secrets: Mapping[str, str] | None = None,
+    data_dir: str | Path | None = None,
+    serialize: bool = True,
+) -> Iterator[None]:
+    """Build chainlets in this process, their dependencies injected as local stubs.
+
+    With ``serialize=True`` (the default) every call's arguments and results go through the
+    same wire codecs as a deployed chain, so a value that would not survive the wire fails
+    here. Keyword arguments given to the constructor replace injected dependencies::
+
+        with chains.run_local(secrets={"hf_token": "test"}):
+            entry = Entry()
+            print(asyncio.run(entry.run_remote("hi")))
+
+            fake = Entry(words=FakeWords())     # a fake instead of the real dependency
+    """
+    runner = _LocalRunner(dict(secrets or {}), Path(data_dir) if data_dir is not None else None, serialize)
+    with building_with(runner.build):
+        yield
+
+
+class _LocalRunner:
+    def __init__(self, secrets: dict[str, str], data_dir: Path | None, serialize: bool) -> None:
+        self._secrets = secrets
+        self._data_dir = data_dir
+        self._serialize = serialize
+        # One instance per dependency class, as a deployment has one service per chainlet.
+        self._instances: dict[type[ChainletBase], ChainletBase] = {}
+
+    def build(self, cls: type[ChainletBase], args: tuple[Any, ...], kwargs: dict[str, Any]) -> ChainletBase:
+        chain = build_chain(cls)
+        specs = {spec.cls: spec for spec in chain.chainlets}
+        return self._build(specs[cls], specs, args, kwargs)
+
+    def _build(
+        self,
+        spec: ChainletSpec,
+        specs: dict[type, ChainletSpec],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> ChainletBase:
+        init = inspect.signature(spec.cls.__init__)
+        try:
+            given = init.bind_partial(None, *args, **kwargs).arguments
+        except TypeError as exc:
+            raise ChainsUsageError(f"{spec.name}(): {exc}") from None
+        given.pop(next(iter(init.parameters)), None)
+        for dep in spec.dependencies:
+            if dep.param not in given:
+                callee = specs[dep.chainlet_cls]
+                given[dep.param] = LocalStub(
+                    callee, self._instance(callee, specs), dep.marker, self._serialize
+                )
+        if spec.context_param is not None and spec.context_param not in given:
+            given[spec.context_param] = self._context(spec)
+        return construct(spec.cls, (), given)
+
+    def _instance(self, spec: ChainletSpec, specs: dict[type, ChainletSpec]) -> ChainletBase:
+        if spec.cls not in self._instances:
+            self._instances[spec.cls] = self._build(spec, specs, (), {})
+        return self._instances[spec.cls]
+
+    def _context(self, spec: ChainletSpec) -> DeploymentContext:
+        declared = spec.remote_config.assets.secret_keys
+        return DeploymentContext(
+            secrets=Secrets(self._secrets, declared, spec.name),
+            chainlet_to_service={dep.name: ServiceDescriptor(dep.name) for dep in spec.dependencies},
+            data_dir=self._data_dir,
+            environment="local",
+        )
+
+
+class LocalStub:
+    """Calls a chainlet instance in this process the way a remote stub calls its server.
+
+    Errors arrive as :class:`RemoteError` (an instance of the original builtin type), each
+    attempt is bounded by ``timeout_sec``, ``concurrency_limit`` holds for whole calls,
+    streams included, and with ``serialize`` every value crosses the wire codecs.
+    """
+
+    def __init__(
+        self, spec: ChainletSpec, instance: ChainletBase, marker: DependencyMarker, serialize: bool
+    ) -> None:
+        self._spec = spec
+        self._endpoint = spec.endpoint
+        self._instance = instance
+        self._marker = marker
+        self._serialize = serialize
+        self._semaphore: asyncio.Semaphore | None = None
+        endpoint = self._endpoint
+        method: Callable[..., Any]
+        if endpoint.is_stream:
+            method = self._stream
+        elif endpoint.is_async:
+            method = self._call_async
+        else:
+            method = self._call_sync
+        self.run_remote = method
+
+    def __repr__(self) -> str:
+        return f"LocalStub({self._spec.name})"
+
+    def _arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        endpoint = self._endpoint
+        if not self._serialize:
+            return codec.bind_arguments(endpoint, args, kwargs)
+        body = codec.encode_args(endpoint, args, kwargs)
+        try:
+            return codec.decode_args(endpoint, body)
+        except pydantic.ValidationError as exc:
+            raise codec.invalid_arguments(endpoint, exc) from None
+
+    def _result(self, value: Any) -> Any:
+        if not self._serialize:
+            return value
+        try:
+            body = codec.encode_result(self._endpoint, value)
+        except (pydantic.ValidationError, pydantic_core.PydanticSerializationError) as exc:
+            raise self._remote(exc) from None
+        return codec.decode_result(self._endpoint, body)
+
+    def _remote(self, exc: BaseException) -> RemoteError:
+        return RemoteError.from_detail(ErrorDetail.from_exception(exc, self._spec.name))
+
+    @asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        limit = self._marker.concurrency_limit
+        if limit is None:
+            yield
+            return
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(limit)
+        async with self._semaphore:
+            yield
+
+    async def _call_async(self, *args: Any, **kwargs: Any) -> Any:
+        arguments = self._arguments(args, kwargs)
+        async with self._slot():
+            try:
+                async with asyncio.timeout(self._marker.timeout_sec):
+                    value = await self._instance.run_remote(**arguments)  # type: ignore[attr-defined]
+            except TimeoutError:
+                raise self._deadline() from None
+            except Exception as exc:
+                raise self._remote(exc) from None
+        return self._result(value)
+
+    def _call_sync(self, *args: Any, **kwargs: Any) -> Any:
+        arguments = self._arguments(args, kwargs)
+        try:
+            value = self._instance.run_remote(**arguments)  # type: ignore[attr-defined]
+        except Exception as exc:
+            raise self._remote(exc) from None
+        return self._result(value)
+
+    def _deadline(self) -> DeadlineExceeded:
+        return DeadlineExceeded(
+            f"call to {self._spec.name} did not finish within timeout_sec={self._marker.timeout_sec}"
+        )
+
+    async def _stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        arguments = self._arguments(args, kwargs)
+        endpoint = self._endpoint
+        async with self._slot():
+            source = self._instance.run_remote(**arguments)  # type: ignore[attr-defined]
+            if self._serialize:
+                shape = shape_of(endpoint)
+                framed = encode_framed(shape, source, chainlet=self._spec.name)
+                async for value in decode_framed(shape, framed):
+                    yield value
+                return
+            async for value in _wrap_errors(source, self._remote):
+                yield value
+
+
+async def _wrap_errors(
+    source: AsyncIterator[Any], convert: Callable[[BaseException], RemoteError]
+) -> AsyncIterator[Any]:
+    try:
+        async for value in source:
+            yield value
+    except Exception as exc:
+        raise convert(exc) from None

@@ -1,0 +1,23 @@
+"""Hello: an entrypoint that greets several names at once through a dependency."""
+
+import asyncio
+
+import chains
+
+
+class Greeter(chains.ChainletBase):
+    """Greets one person."""
+
+    async def run_remote(self, name: str, punctuation: str = "!") -> str:
+        return f"Hello, {name}{punctuation}"
+
+
+@chains.mark_entrypoint("hello")
+class Hello(chains.ChainletBase):
+    """Greets everyone concurrently: one call to Greeter per name."""
+
+    def __init__(self, greeter: Greeter = chains.depends(Greeter, retries=2, timeout_sec=10)) -> None:
+        self._greeter = greeter
+
+    async def run_remote(self, names: list[str]) -> list[str]:
+        return list(await asyncio.gather(*(self._greeter.run_remote(name) for name in names)))
