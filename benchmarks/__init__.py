@@ -1,0 +1,1 @@
+"""Benchmarks for chains; run each as a module from the repository root."""
