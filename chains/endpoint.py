@@ -141,8 +141,15 @@ class EndpointAnalysis:
     deferred: bool = False
 
 
-def analyze_endpoint(cls: type, chainlet: str, locator: Locator, *, final: bool) -> EndpointAnalysis:
-    """Check ``cls.run_remote`` against the endpoint rules and describe it."""
+def analyze_endpoint(
+    cls: type, chainlet: str, locator: Locator, *, final: bool, stub: bool = False
+) -> EndpointAnalysis:
+    """Check ``cls.run_remote`` against the endpoint rules and describe it.
+
+    For a stub (``stub=True``) the body is not the endpoint's: a stub's ``run_remote`` may
+    return the stream of ``stream_remote`` instead of yielding, so the rules about ``yield``
+    do not apply.
+    """
     result = EndpointAnalysis()
     method = _find_method(cls)
     if method is None:
@@ -236,7 +243,7 @@ def analyze_endpoint(cls: type, chainlet: str, locator: Locator, *, final: bool)
             locator.at_param(METHOD, "return", f"`{METHOD}` has no return annotation; add `-> ...`")
         )
         return result
-    output = _classify_output(method, hints["return"], locator)
+    output = _classify_output(method, hints["return"], locator, stub=stub)
     result.violations.extend(output.violations)
     if result.violations or output.kind is None:
         return result
@@ -277,7 +284,7 @@ class _Output:
     violations: list[Violation] = field(default_factory=list)
 
 
-def _classify_output(method: Any, annotation: Any, locator: Locator) -> _Output:
+def _classify_output(method: Any, annotation: Any, locator: Locator, *, stub: bool) -> _Output:
     out = _Output()
 
     def fail(message: str) -> _Output:
@@ -308,6 +315,8 @@ def _classify_output(method: Any, annotation: Any, locator: Locator) -> _Output:
             f"{type_label(annotation)} is not a stream type; streaming endpoints must be `async def` and "
             "annotated `AsyncIterator[T]` or `AsyncGenerator[T, None]`"
         )
+    if stub:
+        has_yield = is_iterator
     if has_yield and not is_iterator:
         return fail(
             f"the body yields, so the return annotation must be `AsyncIterator[T]` (or "

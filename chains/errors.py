@@ -24,6 +24,7 @@ __all__ = [
     "ChainsRuntimeError",
     "ChainsUsageError",
     "DeadlineExceeded",
+    "DependencyUnavailable",
     "ErrorDetail",
     "RemoteError",
     "StreamInterrupted",
@@ -83,6 +84,10 @@ class ChainsRuntimeError(ChainsError, RuntimeError):
 
 class StreamInterrupted(ChainsRuntimeError):
     """A stream stopped before its end frame: what arrived is incomplete, never a full result."""
+
+
+class DependencyUnavailable(ChainsRuntimeError, ConnectionError):
+    """A dependency could not be reached, or kept answering 429/502/503, through every retry."""
 
 
 class DeadlineExceeded(ChainsRuntimeError, TimeoutError):

@@ -1,0 +1,89 @@
+"""The call being served: its request id and its deadline, carried to every hop in headers.
+
+The deadline travels as the time *remaining* (seconds, like gRPC's timeout header) rather
+than as a wall-clock instant, so hops on machines with skewed clocks still agree on it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+__all__ = [
+    "DEADLINE_HEADER",
+    "REQUEST_ID_HEADER",
+    "CallContext",
+    "current_call",
+    "new_request_id",
+    "serving_call",
+]
+
+REQUEST_ID_HEADER = "x-chains-request-id"
+DEADLINE_HEADER = "x-chains-timeout"
+
+_MAX_REQUEST_ID = 128
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """One incoming call: ``deadline`` is on this process's monotonic clock, or None."""
+
+    request_id: str
+    deadline: float | None = None
+
+    def remaining(self) -> float | None:
+        """Seconds left before the caller gives up, or None when it set no deadline."""
+        if self.deadline is None:
+            return None
+        return self.deadline - time.monotonic()
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str]) -> CallContext:
+        """Read the request id (made up when absent or unusable) and the remaining time."""
+        request_id = headers.get(REQUEST_ID_HEADER, "")
+        if not request_id or len(request_id) > _MAX_REQUEST_ID or not request_id.isprintable():
+            request_id = new_request_id()
+        deadline = None
+        raw = headers.get(DEADLINE_HEADER)
+        if raw:
+            try:
+                seconds = float(raw)
+            except ValueError:
+                seconds = math.nan
+            if math.isfinite(seconds):
+                deadline = time.monotonic() + max(seconds, 0.0)
+        return cls(request_id, deadline)
+
+    def headers(self) -> dict[str, str]:
+        """The headers an outgoing call carries for this context."""
+        out = {REQUEST_ID_HEADER: self.request_id}
+        remaining = self.remaining()
+        if remaining is not None:
+            out[DEADLINE_HEADER] = f"{max(remaining, 0.0):.3f}"
+        return out
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+_current: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar("chains_call", default=None)
+
+
+def current_call() -> CallContext | None:
+    """The call this code runs on behalf of, inside a chainlet server."""
+    return _current.get()
+
+
+@contextmanager
+def serving_call(call: CallContext) -> Iterator[None]:
+    token = _current.set(call)
+    try:
+        yield
+    finally:
+        _current.reset(token)

@@ -1,0 +1,442 @@
+"""The chainlet server: one ASGI app serving one chainlet instance.
+
+Routes: ``POST /run_remote``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``,
+``GET /openapi.json`` and, on the entrypoint, ``GET /docs``. Written directly against ASGI
+(no framework): the routes are few, and every microsecond per request is overhead on every
+hop of a chain (see docs/server-framework.md for the measurement).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import hmac
+import inspect
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import aclosing
+from typing import Any, cast
+
+import pydantic
+import pydantic_core
+
+from chains import codec
+from chains.call_context import REQUEST_ID_HEADER, CallContext, serving_call
+from chains.chainlet import ChainletBase
+from chains.checks import ChainletSpec
+from chains.errors import DeadlineExceeded, ErrorDetail
+from chains.server import openapi
+from chains.server.asgi import (
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    header_map,
+    read_body,
+    send_bytes,
+    send_json,
+)
+from chains.server.metrics import Metrics
+from chains.server.settings import ServerSettings
+from chains.stream_codecs import negotiate, shape_of
+
+__all__ = ["ChainletApp"]
+
+logger = logging.getLogger("chains.server")
+
+_JSON_TYPES = ("application/json", "application/*+json")
+_NO_BUFFERING = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+
+
+class _Disconnected(Exception):
+    """The client went away while its call was being served."""
+
+
+class ChainletApp:
+    """Serves ``spec``'s chainlet, built by ``factory`` once the server has started.
+
+    ``factory`` runs in a worker thread, since a chainlet's ``__init__`` may load a model
+    for minutes; ``/healthz`` answers meanwhile and ``/readyz`` says when it is done.
+    """
+
+    def __init__(
+        self,
+        spec: ChainletSpec,
+        settings: ServerSettings,
+        factory: Callable[[Metrics], ChainletBase],
+    ) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.metrics = Metrics(spec.name)
+        self._factory = factory
+        self.instance: ChainletBase | None = None
+        self.startup_error: BaseException | None = None
+        self.started = asyncio.Event()
+        self.draining = False
+        concurrency = settings.concurrency or spec.remote_config.compute.concurrency
+        self._concurrency = concurrency
+        self._max_queue = settings.max_queue if settings.max_queue is not None else 4 * concurrency
+        self._slots = asyncio.Semaphore(concurrency)
+        self._waiting = 0
+        self._executor: ThreadPoolExecutor | None = None
+        self._docs = settings.docs if settings.docs is not None else settings.is_entrypoint
+        self._openapi = json.dumps(openapi.document(spec, entrypoint=settings.is_entrypoint)).encode()
+        self._token = (settings.internal_token or "").encode()
+        self._api_key = (settings.api_key or "").encode()
+        self._build_task: asyncio.Task[None] | None = None
+        if not settings.is_entrypoint and not settings.internal_token:
+            raise ValueError(
+                f"chainlet {spec.name} is internal (not the entrypoint) and needs the chain's token: "
+                "set CHAINS_INTERNAL_TOKEN"
+            )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        """Start building the chainlet in the background; the server answers meanwhile."""
+        self._build_task = asyncio.create_task(self._build())
+
+    async def _build(self) -> None:
+        try:
+            self.instance = await asyncio.to_thread(self._factory, self.metrics)
+            logger.info("chainlet %s is ready", self.spec.name)
+        except BaseException as exc:  # reported by the process, which then exits
+            self.startup_error = exc
+            logger.exception("chainlet %s failed to start", self.spec.name)
+        finally:
+            self.started.set()
+
+    async def shutdown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def start_draining(self) -> None:
+        """Refuse new calls (503) and report not ready, while in-flight calls finish."""
+        self.draining = True
+
+    @property
+    def in_flight(self) -> int:
+        return self.metrics.in_flight
+
+    # -- ASGI --------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.startup()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        method: str = scope["method"]
+        if path == "/run_remote":
+            if method != "POST":
+                await send_json(send, 405, {"detail": "use POST /run_remote"}, [(b"allow", b"POST")])
+                return
+            await self._run_remote(scope, receive, send)
+            return
+        if method not in ("GET", "HEAD"):
+            await send_json(send, 405, {"detail": f"use GET {path}"}, [(b"allow", b"GET")])
+            return
+        if path == "/healthz":
+            await send_json(send, 200, {"status": "alive"})
+        elif path == "/readyz":
+            ready, reason = await self._readiness()
+            await send_json(send, 200 if ready else 503, {"ready": ready, "detail": reason})
+        elif path == "/metrics":
+            body = self.metrics.render().encode()
+            await send_bytes(send, 200, body, b"text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/openapi.json":
+            await send_bytes(send, 200, self._openapi, b"application/json")
+        elif path == "/docs" and self._docs:
+            page = openapi.docs_page(self.spec).encode()
+            await send_bytes(send, 200, page, b"text/html; charset=utf-8")
+        else:
+            routes = "POST /run_remote, GET /healthz, GET /readyz, GET /metrics, GET /openapi.json"
+            await send_json(send, 404, {"detail": f"no route {method} {path}; routes: {routes}"})
+
+    async def _readiness(self) -> tuple[bool, str]:
+        if self.draining:
+            return False, "shutting down"
+        if self.startup_error is not None:
+            return False, f"__init__ failed: {type(self.startup_error).__name__}: {self.startup_error}"
+        if self.instance is None:
+            return False, "starting: __init__ has not finished"
+        if not self.spec.has_is_healthy:
+            return True, "ready"
+        try:
+            check = self.instance.is_healthy  # type: ignore[attr-defined]
+            healthy = await check() if inspect.iscoroutinefunction(check) else await asyncio.to_thread(check)
+        except Exception as exc:
+            return False, f"is_healthy() raised {type(exc).__name__}: {exc}"
+        return (True, "ready") if healthy is True else (False, "is_healthy() returned False")
+
+    # -- POST /run_remote --------------------------------------------------------------------
+
+    def _authorized(self, headers: dict[str, str]) -> str | None:
+        """Why the call is refused, or None when its credentials are right."""
+        expected = self._api_key if self.settings.is_entrypoint else self._token
+        if not expected:
+            return None
+        given = headers.get("authorization", "")
+        scheme, _, credential = given.partition(" ")
+        if scheme.lower() != "bearer":
+            credential = headers.get("x-api-key", "") if self.settings.is_entrypoint else ""
+        if not credential:
+            what = "an API key" if self.settings.is_entrypoint else "the chain's internal token"
+            return f"missing credentials: send `Authorization: Bearer <{what}>`"
+        if not hmac.compare_digest(credential.strip().encode(), expected):
+            return "wrong credentials"
+        return None
+
+    async def _run_remote(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        headers = header_map(scope)
+        call = CallContext.from_headers(headers)
+        rid = [(REQUEST_ID_HEADER.encode(), call.request_id.encode())]
+        status = await self._serve_call(call, headers, receive, send, rid)
+        elapsed = time.perf_counter() - started
+        self.metrics.call_finished(status, elapsed)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("POST /run_remote %d %.1fms rid=%s", status, elapsed * 1e3, call.request_id)
+
+    async def _serve_call(
+        self,
+        call: CallContext,
+        headers: dict[str, str],
+        receive: Receive,
+        send: Send,
+        rid: list[tuple[bytes, bytes]],
+    ) -> int:
+        refusal = self._authorized(headers)
+        if refusal is not None:
+            await send_json(send, 401, {"detail": refusal}, rid)
+            return 401
+        if self.draining or self.instance is None:
+            detail = "shutting down" if self.draining else "not ready yet"
+            await send_json(send, 503, {"detail": detail}, [(b"retry-after", b"1"), *rid])
+            return 503
+        content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if content_type not in _JSON_TYPES and not content_type.endswith("+json"):
+            await send_json(
+                send,
+                415,
+                {
+                    "detail": f"send the arguments as JSON with Content-Type: application/json, "
+                    f"not {content_type!r}"
+                },
+                rid,
+            )
+            return 415
+        try:
+            body = await read_body(receive, self.settings.max_body_bytes, headers.get("content-length"))
+        except BodyTooLarge:
+            limit = self.settings.max_body_bytes
+            await send_json(send, 413, {"detail": f"request body over the limit of {limit} bytes"}, rid)
+            return 413
+        except ClientGone:
+            return 499
+        try:
+            arguments = codec.decode_args(self.spec.endpoint, body)
+        except pydantic.ValidationError as exc:
+            errors = exc.errors(include_url=False, include_input=False, include_context=False)
+            await send_json(send, 422, {"detail": errors}, rid)
+            return 422
+        if self._slots.locked() and self._waiting >= self._max_queue:
+            await send_json(
+                send,
+                503,
+                {"detail": f"over capacity: {self._concurrency} calls running, {self._waiting} waiting"},
+                [(b"retry-after", b"1"), *rid],
+            )
+            return 503
+        self._waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting -= 1
+        self.metrics.in_flight += 1
+        try:
+            with serving_call(call):
+                return await self._with_disconnect_watch(call, headers, arguments, receive, send, rid)
+        finally:
+            self.metrics.in_flight -= 1
+            self._slots.release()
+
+    async def _with_disconnect_watch(
+        self,
+        call: CallContext,
+        headers: dict[str, str],
+        arguments: dict[str, Any],
+        receive: Receive,
+        send: Send,
+        rid: list[tuple[bytes, bytes]],
+    ) -> int:
+        # The body has been read, so the next message is the client going away: watch for it
+        # and cancel the work, so that a chain never computes for a caller that has left.
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            task.cancel()
+
+        watcher = asyncio.create_task(watch())
+        try:
+            if self.spec.endpoint.is_stream:
+                return await self._stream(call, headers.get("accept"), arguments, send, rid)
+            return await self._unary(call, arguments, send, rid)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            task.uncancel()
+            return 499
+        finally:
+            watcher.cancel()
+
+    async def _invoke(self, arguments: dict[str, Any]) -> Any:
+        method = self.instance.run_remote  # type: ignore[union-attr]
+        if self.spec.endpoint.is_async:
+            return await method(**arguments)
+        if self._executor is None:
+            # Sync endpoints run in threads of their own, as many as calls may run at once.
+            self._executor = ThreadPoolExecutor(
+                self._concurrency, thread_name_prefix=f"{self.spec.name}-call"
+            )
+        context = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(context.run, method, **arguments))
+
+    async def _unary(
+        self, call: CallContext, arguments: dict[str, Any], send: Send, rid: list[tuple[bytes, bytes]]
+    ) -> int:
+        try:
+            async with asyncio.timeout(call.remaining()):
+                value = await self._invoke(arguments)
+            body = codec.encode_result(self.spec.endpoint, value)
+        except TimeoutError:
+            return await self._fail(send, 504, self._deadline_error(call), rid)
+        except (pydantic.ValidationError, pydantic_core.PydanticSerializationError) as exc:
+            logger.error("run_remote returned a value that does not match its annotation: %s", exc)
+            return await self._fail(send, 500, exc, rid)
+        except Exception as exc:
+            logger.exception("run_remote raised %s", type(exc).__name__)
+            return await self._fail(send, 500, exc, rid)
+        await send_bytes(send, 200, body, b"application/json", rid)
+        return 200
+
+    def _deadline_error(self, call: CallContext) -> DeadlineExceeded:
+        return DeadlineExceeded(f"{self.spec.name} did not answer within the caller's deadline")
+
+    async def _fail(self, send: Send, status: int, exc: BaseException, rid: list[tuple[bytes, bytes]]) -> int:
+        detail = ErrorDetail.from_exception(exc, self.spec.name)
+        await send_json(send, status, {"error": detail.model_dump(mode="json")}, rid)
+        return status
+
+    async def _stream(
+        self,
+        call: CallContext,
+        accept: str | None,
+        arguments: dict[str, Any],
+        send: Send,
+        rid: list[tuple[bytes, bytes]],
+    ) -> int:
+        shape = shape_of(self.spec.endpoint)
+        media_type, encoder = negotiate(accept, shape)
+        generator = self.instance.run_remote(**arguments)  # type: ignore[union-attr]
+        deadline = call.deadline
+        async with aclosing(generator):
+            # Pull the first item before answering: a failure this early is a plain 500, which
+            # the caller may retry, instead of a stream that breaks after its headers.
+            try:
+                async with asyncio.timeout_at(_loop_time(deadline)):
+                    first = await anext(generator, _END)
+            except TimeoutError:
+                return await self._fail(send, 504, self._deadline_error(call), rid)
+            except Exception as exc:
+                logger.exception("run_remote raised %s before its first item", type(exc).__name__)
+                return await self._fail(send, 500, exc, rid)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", media_type.encode()), *_NO_BUFFERING, *rid],
+                }
+            )
+            source = _items(first, generator, deadline, self._deadline_error(call))
+            chunks = cast(
+                AsyncGenerator[bytes, None],
+                encoder(shape, source, chainlet=self.spec.name, on_error=_log_stream_error),
+            )
+            try:
+                async with aclosing(chunks):
+                    async for chunk in chunks:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except asyncio.CancelledError:
+                self.metrics.streams_cancelled += 1
+                raise
+            except Exception as exc:
+                # Raw streams have no in-band error: the connection is cut so that the client
+                # sees a broken response, never a complete-looking shorter one.
+                _log_stream_error(exc)
+                raise
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return 200
+
+
+_END: Any = object()
+
+
+def _log_stream_error(exc: BaseException) -> None:
+    logger.error("run_remote raised %s while streaming", type(exc).__name__, exc_info=exc)
+
+
+def _loop_time(deadline: float | None) -> float | None:
+    """``deadline`` (time.monotonic) on the event loop's clock, which asyncio.timeout_at takes."""
+    if deadline is None:
+        return None
+    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
+
+
+async def _items(
+    first: Any, rest: AsyncIterator[Any], deadline: float | None, expired: DeadlineExceeded
+) -> AsyncIterator[Any]:
+    if first is _END:
+        return
+    yield first
+    if deadline is None:
+        async for item in rest:
+            yield item
+        return
+    while True:
+        # The timeout wraps only the wait for the next item, never a `yield`: a cancel scope
+        # must not stay open while the consumer runs.
+        try:
+            async with asyncio.timeout_at(_loop_time(deadline)):
+                item = await anext(rest, _END)
+        except TimeoutError:
+            raise expired from None
+        if item is _END:
+            return
+        yield item

@@ -1,0 +1,168 @@
+"""The OpenAPI document of a chainlet's endpoint, and the entrypoint's ``/docs`` page."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from chains.checks import ChainletSpec
+from chains.endpoint import EndpointSpec
+
+__all__ = ["STREAM_MEDIA_TYPES", "docs_page", "document", "example_arguments"]
+
+_REF = "#/components/schemas/{model}"
+
+STREAM_MEDIA_TYPES = {
+    "text": "text/plain; charset=utf-8",
+    "bytes": "application/octet-stream",
+    "sse": "text/event-stream",
+    "items": "application/x-ndjson",
+    "structured": "application/x-ndjson",
+}
+
+
+def _hoist(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    components.update(schema.pop("$defs", {}))
+    return schema
+
+
+def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
+    """An OpenAPI 3.1 document describing ``POST /run_remote`` and the health routes."""
+    endpoint = spec.endpoint
+    components: dict[str, Any] = {}
+    request = _hoist(endpoint.input_model.model_json_schema(by_alias=True, ref_template=_REF), components)
+    components[endpoint.input_model.__name__] = request
+    responses: dict[str, Any] = {
+        "401": {"description": "missing or wrong credentials"},
+        "413": {"description": "request body over the size limit"},
+        "415": {"description": "the body is not application/json"},
+        "422": {"description": "the arguments do not match the endpoint's parameters"},
+        "500": {"description": "run_remote raised; the body carries the error detail"},
+        "503": {"description": "over capacity or shutting down; retry after Retry-After"},
+        "504": {"description": "the caller's deadline passed"},
+    }
+    if endpoint.is_stream:
+        content = {
+            "application/x-chains-stream": {"schema": {"type": "string", "format": "binary"}},
+            "text/event-stream": {"schema": {"type": "string"}},
+            STREAM_MEDIA_TYPES[endpoint.output_kind]: {"schema": _stream_item_schema(endpoint, components)},
+        }
+        responses["200"] = {
+            "description": f"a {endpoint.output_kind} stream, negotiated on Accept",
+            "content": content,
+        }
+    else:
+        output = _hoist(
+            endpoint.output_adapter.json_schema(mode="serialization", ref_template=_REF), components
+        )
+        responses["200"] = {"description": "the result", "content": {"application/json": {"schema": output}}}
+    security: list[dict[str, list[str]]] = [{"bearer": []}] if not entrypoint else [{"bearer": []}, {}]
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": f"chainlet {spec.name}", "version": "1", "description": endpoint.describe()},
+        "paths": {
+            "/run_remote": {
+                "post": {
+                    "operationId": "run_remote",
+                    "summary": endpoint.describe(),
+                    "security": security,
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": _REF.format(model=endpoint.input_model.__name__)}
+                            }
+                        },
+                    },
+                    "responses": responses,
+                }
+            },
+            "/healthz": {"get": {"operationId": "healthz", "responses": {"200": {"description": "alive"}}}},
+            "/readyz": {
+                "get": {
+                    "operationId": "readyz",
+                    "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
+                }
+            },
+        },
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _stream_item_schema(endpoint: EndpointSpec, components: dict[str, Any]) -> dict[str, Any]:
+    if endpoint.output_kind in ("items",):
+        return _hoist(
+            endpoint.output_adapter.json_schema(mode="serialization", ref_template=_REF), components
+        )
+    return {"type": "string"}
+
+
+def example_arguments(endpoint: EndpointSpec) -> dict[str, Any]:
+    """Plausible arguments for a first call: defaults where given, else a value of the type."""
+    placeholders: dict[str, Any] = {
+        "string": "hello",
+        "integer": 1,
+        "number": 1.0,
+        "boolean": True,
+        "array": [],
+        "object": {},
+    }
+    schema = endpoint.input_model.model_json_schema(by_alias=True)
+    example: dict[str, Any] = {}
+    for name in schema.get("required", []):
+        prop = schema["properties"].get(name, {})
+        example[name] = placeholders.get(prop.get("type", "string"), "hello")
+    return example
+
+
+def docs_page(spec: ChainletSpec) -> str:
+    """A self-contained page: the signature, the schema, and a form that streams a call."""
+    endpoint = spec.endpoint
+    schema = json.dumps(endpoint.input_model.model_json_schema(by_alias=True), indent=2)
+    example = json.dumps(example_arguments(endpoint))
+    title = html.escape(f"{spec.name}: {endpoint.describe()}")
+    return _PAGE.format(title=title, schema=html.escape(schema), example=html.escape(example))
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font: 15px/1.5 system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; }}
+pre, textarea {{ font: 13px/1.4 ui-monospace, monospace; background: #f6f6f6; padding: .75rem; }}
+textarea {{ width: 100%; box-sizing: border-box; }}
+</style></head><body>
+<h1>{title}</h1>
+<p>POST a JSON object of the arguments to <code>/run_remote</code>.
+Streams answer as text, NDJSON, server-sent events (<code>Accept: text/event-stream</code>)
+or framed (<code>Accept: application/x-chains-stream</code>). The OpenAPI document is at
+<a href="/openapi.json">/openapi.json</a>.</p>
+<h2>Try it</h2>
+<textarea id="args" rows="4">{example}</textarea>
+<p><label>API key (if the chain has one) <input id="key" type="password"></label>
+<button id="call">Call</button></p>
+<pre id="out"></pre>
+<h2>Arguments</h2>
+<pre>{schema}</pre>
+<script>
+document.getElementById("call").onclick = async () => {{
+  const out = document.getElementById("out");
+  out.textContent = "";
+  const headers = {{"content-type": "application/json"}};
+  const key = document.getElementById("key").value;
+  if (key) headers["authorization"] = "Bearer " + key;
+  const body = document.getElementById("args").value;
+  const response = await fetch("/run_remote", {{method: "POST", headers, body}});
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  for (;;) {{
+    const {{value, done}} = await reader.read();
+    if (done) break;
+    out.textContent += value;
+  }}
+}};
+</script>
+</body></html>
+"""

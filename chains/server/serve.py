@@ -1,0 +1,177 @@
+"""Building a chainlet's app and serving it with uvicorn, with a graceful drain on SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from chains.call_context import current_call
+from chains.chainlet import ChainletBase, building_with, construct
+from chains.checks import chainlet_spec
+from chains.context import DeploymentContext, Secrets, ServiceDescriptor
+from chains.errors import ChainsUsageError
+from chains.server.app import ChainletApp
+from chains.server.metrics import Metrics
+from chains.server.settings import ServerSettings
+from chains.stubs import StubBase, StubOptions
+
+__all__ = ["create_app", "main", "serve"]
+
+logger = logging.getLogger("chains.server")
+
+EXIT_STARTUP_FAILED = 3
+
+
+def create_app(
+    chainlet: type[ChainletBase],
+    stubs: Mapping[str, type[StubBase]] | None = None,
+    settings: ServerSettings | None = None,
+) -> ChainletApp:
+    """The ASGI app serving ``chainlet``; ``stubs`` maps each dependency parameter to its stub class.
+
+    Generated servers call this; by hand it looks like::
+
+        app = create_app(Entry, stubs={"words": WordsStub}, settings=ServerSettings(is_entrypoint=True))
+    """
+    spec = chainlet_spec(chainlet)
+    settings = settings or ServerSettings.from_env()
+    stubs = dict(stubs or {})
+    for dep in spec.dependencies:
+        if dep.param not in stubs:
+            raise ChainsUsageError(f"{spec.name}: no stub class given for dependency parameter {dep.param!r}")
+        if not settings.dependency_urls.get(dep.name):
+            raise ChainsUsageError(
+                f"{spec.name}: no URL for dependency {dep.name}; set CHAINS_DEPENDENCY_URLS "
+                f'(e.g. {{"{dep.name}": ["http://127.0.0.1:8001"]}})'
+            )
+
+    def factory(metrics: Metrics) -> ChainletBase:
+        kwargs: dict[str, Any] = {}
+        for dep in spec.dependencies:
+            options = StubOptions.from_marker(dep.marker)
+            kwargs[dep.param] = stubs[dep.param](
+                settings.dependency_urls[dep.name],
+                name=dep.name,
+                options=options,
+                token=settings.internal_token,
+                metrics=metrics,
+                max_frame_bytes=settings.max_frame_bytes,
+            )
+        if spec.context_param is not None:
+            kwargs[spec.context_param] = DeploymentContext(
+                secrets=Secrets(settings.secrets, spec.remote_config.assets.secret_keys, spec.name),
+                chainlet_to_service={
+                    dep.name: ServiceDescriptor(dep.name, settings.dependency_urls[dep.name])
+                    for dep in spec.dependencies
+                },
+                data_dir=settings.data_dir,
+                environment=settings.environment,
+            )
+        with building_with(construct):
+            return chainlet(**kwargs)
+
+    return ChainletApp(spec, settings, factory)
+
+
+class _RequestIdFilter(logging.Filter):
+    """Puts the current call's request id on every log record, the user's own included."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        call = current_call()
+        record.request_id = call.request_id if call is not None else "-"
+        return True
+
+
+def configure_logging(chainlet: str, level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_RequestIdFilter())
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s %(levelname)s {chainlet} rid=%(request_id)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+class _DrainingServer(uvicorn.Server):
+    """On SIGTERM: report not ready, refuse new calls, let in-flight ones finish, then exit 0."""
+
+    def __init__(self, config: uvicorn.Config, app: ChainletApp) -> None:
+        super().__init__(config)
+        self.chainlet_app = app
+        self.exit_code = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+
+    async def serve(self, sockets: Any = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        watcher = asyncio.create_task(self._watch_startup())
+        try:
+            await super().serve(sockets)
+        finally:
+            watcher.cancel()
+
+    async def _watch_startup(self) -> None:
+        await self.chainlet_app.started.wait()
+        if self.chainlet_app.startup_error is not None:
+            self.exit_code = EXIT_STARTUP_FAILED
+            self.should_exit = True
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Not uvicorn's handler: it would re-raise the signal after shutdown (exit 143).
+        if self._drain_task is not None or self._loop is None:
+            self.force_exit = True
+            self.should_exit = True
+            return
+        self._loop.call_soon_threadsafe(self._start_drain)
+
+    def _start_drain(self) -> None:
+        self._drain_task = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        app = self.chainlet_app
+        app.start_draining()
+        grace = app.settings.grace_sec
+        logger.info("draining: %d call(s) in flight, grace period %.0fs", app.in_flight, grace)
+        deadline = time.monotonic() + grace
+        while app.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if app.in_flight:
+            logger.warning("grace period over with %d call(s) in flight; stopping them", app.in_flight)
+        self.should_exit = True
+
+
+def serve(app: ChainletApp, host: str = "127.0.0.1", port: int = 8000, log_level: str = "INFO") -> int:
+    """Serve ``app`` until SIGTERM or SIGINT; returns the process exit code."""
+    configure_logging(app.spec.name, log_level)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        lifespan="on",
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=1,
+        timeout_keep_alive=30,
+    )
+    server = _DrainingServer(config, app)
+    asyncio.run(server.serve())
+    return server.exit_code
+
+
+def main(app: ChainletApp, argv: list[str] | None = None) -> None:
+    """The command line of a generated server: ``python server.py --host H --port P``."""
+    parser = argparse.ArgumentParser(description=f"Serve chainlet {app.spec.name}.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    sys.exit(serve(app, args.host, args.port, args.log_level.upper()))

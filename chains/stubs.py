@@ -1,0 +1,419 @@
+"""Stubs: how a chainlet calls another one over HTTP.
+
+A stub class declares ``run_remote`` with the dependency's signature and delegates to
+:meth:`StubBase.call_remote` or :meth:`StubBase.stream_remote`; the code generator writes
+one per dependency, and a person can write one to call any compatible service by URL::
+
+    class Words(chains.StubBase):
+        async def run_remote(self, text: str) -> AsyncIterator[Token]:
+            async for token in self.stream_remote(text=text):
+                yield token
+
+    words = Words("http://127.0.0.1:8001")
+
+Every call carries the chain's token, the request id and the remaining deadline; failures
+before a response (and 429/502/503/504) are retried with exponential backoff and jitter,
+on another replica first; a stream is retried only until its first byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import aiohttp
+import httpx
+import pydantic
+import tenacity
+
+from chains import codec
+from chains.call_context import CallContext, current_call, new_request_id
+from chains.chainlet import DEFAULT_RETRIES, DEFAULT_TIMEOUT_SEC, DependencyMarker
+from chains.endpoint import EndpointSpec, analyze_endpoint
+from chains.errors import (
+    ChainsRuntimeError,
+    ChainsUsageError,
+    DeadlineExceeded,
+    DependencyUnavailable,
+    ErrorDetail,
+    RemoteError,
+    StreamInterrupted,
+)
+from chains.locations import Locator
+from chains.server.metrics import Metrics
+from chains.server.settings import DEFAULT_MAX_FRAME_BYTES
+from chains.stream_codecs import FRAMED_MEDIA_TYPE, decode_framed, shape_of
+
+__all__ = ["StubBase", "StubOptions"]
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_MAX_BACKOFF_SEC = 2.0
+_FIRST_BACKOFF_SEC = 0.05
+
+
+@dataclass(frozen=True)
+class StubOptions:
+    """How a stub calls: ``chains.depends(...)`` arguments, or set by hand."""
+
+    retries: int = DEFAULT_RETRIES
+    timeout_sec: float = DEFAULT_TIMEOUT_SEC
+    concurrency_limit: int | None = None
+
+    @classmethod
+    def from_marker(cls, marker: DependencyMarker) -> StubOptions:
+        return cls(marker.retries, marker.timeout_sec, marker.concurrency_limit)
+
+
+class _Retryable(Exception):
+    """One attempt failed in a way another attempt may not: a connection error or 429/5xx."""
+
+    def __init__(
+        self, reason: str, retry_after: float | None = None, connection: bool = False, status: int = 0
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+        self.connection = connection
+        self.status = status
+
+
+class StubBase:
+    """Base class of stubs; see the module docstring for an example.
+
+    ``urls`` are the replicas of one service; calls are spread over them in turn.
+    """
+
+    endpoint: ClassVar[EndpointSpec | None] = None
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        name: str | None = None,
+        options: StubOptions | None = None,
+        token: str | None = None,
+        metrics: Metrics | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        url_list = [urls] if isinstance(urls, str) else list(urls)
+        if not url_list:
+            raise ChainsUsageError(f"{type(self).__name__} needs at least one URL")
+        self.urls = tuple(u.rstrip("/") for u in url_list)
+        self.name = name or type(self).__name__
+        self.options = options or StubOptions()
+        self._token = token
+        self._metrics = metrics
+        self._max_frame_bytes = max_frame_bytes
+        self._turn = itertools.count(random.randrange(len(self.urls)))
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._sync_client: httpx.Client | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(self.urls)})"
+
+    # -- the endpoint ------------------------------------------------------------------------
+
+    @classmethod
+    def _endpoint(cls) -> EndpointSpec:
+        """The wire shape, read from the subclass's own ``run_remote`` signature (once)."""
+        spec = cls.__dict__.get("endpoint")
+        if spec is None:
+            result = analyze_endpoint(cls, cls.__name__, Locator(cls), final=True, stub=True)
+            if result.spec is None:
+                raise ChainsUsageError(violations=result.violations)
+            spec = result.spec
+            cls.endpoint = spec
+        return spec
+
+    # -- connections -------------------------------------------------------------------------
+
+    def _client(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            # One pooled session per stub per event loop: keep-alive to every replica.
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
+            )
+            self._session_loop = loop
+        return self._session
+
+    async def aclose(self) -> None:
+        """Close pooled connections (a server does this at shutdown)."""
+        if self._session is not None:
+            await self._session.close()
+        if self._sync_client is not None:
+            self._sync_client.close()
+
+    def _headers(self, call: CallContext, attempt_timeout: float, accept: str) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": accept}
+        headers.update(CallContext(call.request_id, time.monotonic() + attempt_timeout).headers())
+        if self._token:
+            headers["authorization"] = f"Bearer {self._token}"
+        return headers
+
+    def _next_url(self) -> str:
+        return self.urls[next(self._turn) % len(self.urls)]
+
+    # -- deadlines ---------------------------------------------------------------------------
+
+    def _call_context(self) -> CallContext:
+        return current_call() or CallContext(new_request_id())
+
+    def _attempt_timeout(self, call: CallContext) -> float:
+        """This attempt's budget: ``timeout_sec``, capped by what the caller has left."""
+        remaining = call.remaining()
+        budget = self.options.timeout_sec if remaining is None else min(self.options.timeout_sec, remaining)
+        if budget <= 0:
+            raise DeadlineExceeded(f"no time left to call {self.name}: the caller's deadline has passed")
+        return budget
+
+    async def _with_retries(self, call: CallContext, attempt: Callable[[], Awaitable[Any]]) -> Any:
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self.options.retries + 1),
+            wait=self._wait,
+            retry=tenacity.retry_if_exception_type(_Retryable),
+            before_sleep=self._count_retry,
+            reraise=True,
+            sleep=self._sleep_within(call),
+        )
+        try:
+            return await retrying(attempt)
+        except _Retryable as exc:
+            raise self._gave_up(exc) from None
+
+    def _gave_up(self, exc: _Retryable) -> Exception:
+        attempts = self.options.retries + 1
+        if exc.status == 504:
+            return DeadlineExceeded(f"{exc.reason} (after {attempts} attempt(s))")
+        return DependencyUnavailable(f"{exc.reason} (after {attempts} attempt(s))")
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        # A connection failure moves on to another replica at once while untried ones remain.
+        if isinstance(exc, _Retryable) and exc.connection and state.attempt_number < len(self.urls):
+            return 0.0
+        backoff: float = tenacity.wait_exponential_jitter(
+            initial=_FIRST_BACKOFF_SEC, max=_MAX_BACKOFF_SEC, jitter=_FIRST_BACKOFF_SEC
+        )(state)
+        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+            return max(backoff, exc.retry_after)
+        return backoff
+
+    def _sleep_within(self, call: CallContext) -> Any:
+        async def sleep(seconds: float) -> None:
+            remaining = call.remaining()
+            if remaining is not None and seconds >= remaining:
+                raise DeadlineExceeded(
+                    f"{self.name} did not answer in time: the next retry would start "
+                    "after the caller's deadline"
+                )
+            await asyncio.sleep(seconds)
+
+        return sleep
+
+    def _count_retry(self, state: tenacity.RetryCallState) -> None:
+        if self._metrics is not None:
+            self._metrics.dependency_retried(self.name)
+
+    @asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        limit = self.options.concurrency_limit
+        if limit is None:
+            yield
+            return
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(limit)
+        async with self._semaphore:
+            yield
+
+    # -- unary calls -------------------------------------------------------------------------
+
+    async def call_remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the endpoint and return its decoded result."""
+        endpoint = self._endpoint()
+        body = codec.encode_args(endpoint, args, kwargs)
+        call = self._call_context()
+        started = time.perf_counter()
+        outcome = "error"
+        if self._metrics is not None:
+            self._metrics.dependency_started(self.name)
+        try:
+            async with self._slot():
+                result = await self._with_retries(call, lambda: self._attempt_unary(endpoint, body, call))
+            outcome = "ok"
+            return result
+        finally:
+            if self._metrics is not None:
+                self._metrics.dependency_finished(self.name, outcome, time.perf_counter() - started)
+
+    async def _attempt_unary(self, endpoint: EndpointSpec, body: bytes, call: CallContext) -> Any:
+        timeout = self._attempt_timeout(call)
+        url = self._next_url()
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._client().post(
+                    url + "/run_remote", data=body, headers=self._headers(call, timeout, "application/json")
+                ) as response:
+                    payload = await response.read()
+                    status = response.status
+                    retry_after = response.headers.get("retry-after")
+        except TimeoutError:
+            raise DeadlineExceeded(f"{self.name} did not answer within {timeout:.3g}s ({url})") from None
+        except aiohttp.ClientError as exc:
+            raise _Retryable(f"{self.name} at {url}: {type(exc).__name__}: {exc}", connection=True) from exc
+        if status == 200:
+            try:
+                return codec.decode_result(endpoint, payload)
+            except pydantic.ValidationError as exc:
+                raise ChainsRuntimeError(
+                    f"{self.name} answered with a result that does not match its signature: {exc}"
+                ) from None
+        raise self._failure(status, payload, retry_after, url)
+
+    def _failure(self, status: int, payload: bytes, retry_after: str | None, url: str) -> Exception:
+        """The exception for a non-200 answer: retryable, or what the caller sees."""
+        if status in RETRY_STATUSES:
+            return _Retryable(
+                f"{self.name} at {url} answered {status}", retry_after=_seconds(retry_after), status=status
+            )
+        detail = _json_or_none(payload)
+        if status == 422 and isinstance(detail, dict) and isinstance(detail.get("detail"), list):
+            return RemoteError.from_detail(codec.invalid_arguments_detail(self.name, detail["detail"]))
+        if status == 500 and isinstance(detail, dict) and isinstance(detail.get("error"), dict):
+            try:
+                return RemoteError.from_detail(ErrorDetail.model_validate(detail["error"]))
+            except pydantic.ValidationError:
+                pass
+        reason = (
+            detail.get("detail") if isinstance(detail, dict) else payload[:200].decode("utf-8", "replace")
+        )
+        if status == 401:
+            return ChainsRuntimeError(
+                f"{self.name} refused the call (401 {reason}): the chain's token is wrong"
+            )
+        return ChainsRuntimeError(f"{self.name} at {url} answered {status}: {reason}")
+
+    # -- streams -----------------------------------------------------------------------------
+
+    async def stream_remote(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """Call a streaming endpoint and yield its items as they arrive.
+
+        Retried until the first byte of the stream; after that a broken connection raises
+        :class:`StreamInterrupted`, and the producer's own error a :class:`RemoteError`.
+        """
+        endpoint = self._endpoint()
+        shape = shape_of(endpoint)
+        body = codec.encode_args(endpoint, args, kwargs)
+        call = self._call_context()
+        started = time.perf_counter()
+        outcome = "error"
+        if self._metrics is not None:
+            self._metrics.dependency_started(self.name)
+        try:
+            async with self._slot():
+                response: aiohttp.ClientResponse = await self._with_retries(
+                    call, lambda: self._open_stream(body, call)
+                )
+                try:
+                    chunks = _chunks(response, self.name)
+                    async for item in decode_framed(shape, chunks, max_frame_size=self._max_frame_bytes):
+                        yield item
+                    outcome = "ok"
+                finally:
+                    # Closing, not releasing: if the consumer stopped early the producer must
+                    # see the disconnect and cancel its generator.
+                    response.close()
+        finally:
+            if self._metrics is not None:
+                self._metrics.dependency_finished(self.name, outcome, time.perf_counter() - started)
+
+    async def _open_stream(self, body: bytes, call: CallContext) -> aiohttp.ClientResponse:
+        timeout = self._attempt_timeout(call)
+        url = self._next_url()
+        headers = self._headers(call, timeout, FRAMED_MEDIA_TYPE)
+        try:
+            async with asyncio.timeout(timeout):
+                response = await self._client().post(url + "/run_remote", data=body, headers=headers)
+                if response.status == 200:
+                    return response
+                payload = await response.read()
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"{self.name} did not start its stream within {timeout:.3g}s ({url})"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise _Retryable(f"{self.name} at {url}: {type(exc).__name__}: {exc}", connection=True) from exc
+        raise self._failure(response.status, payload, response.headers.get("retry-after"), url)
+
+    # -- sync unary calls (for sync endpoints) -----------------------------------------------
+
+    def call_remote_sync(self, *args: Any, **kwargs: Any) -> Any:
+        """Call a sync endpoint from sync code (a thread), with the same retries and errors."""
+        endpoint = self._endpoint()
+        body = codec.encode_args(endpoint, args, kwargs)
+        call = self._call_context()
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.options.retries + 1),
+            wait=self._wait,
+            retry=tenacity.retry_if_exception_type(_Retryable),
+            before_sleep=self._count_retry,
+            reraise=True,
+        )
+        try:
+            return retrying(self._attempt_sync, endpoint, body, call)
+        except _Retryable as exc:
+            raise self._gave_up(exc) from None
+
+    def _attempt_sync(self, endpoint: EndpointSpec, body: bytes, call: CallContext) -> Any:
+        if self._sync_client is None:
+            self._sync_client = httpx.Client(timeout=None)
+        timeout = self._attempt_timeout(call)
+        url = self._next_url()
+        try:
+            response = self._sync_client.post(
+                url + "/run_remote",
+                content=body,
+                headers=self._headers(call, timeout, "application/json"),
+                timeout=timeout,
+            )
+        except httpx.TimeoutException:
+            raise DeadlineExceeded(f"{self.name} did not answer within {timeout:.3g}s ({url})") from None
+        except httpx.TransportError as exc:
+            raise _Retryable(f"{self.name} at {url}: {type(exc).__name__}: {exc}", connection=True) from exc
+        if response.status_code == 200:
+            return codec.decode_result(endpoint, response.content)
+        raise self._failure(response.status_code, response.content, response.headers.get("retry-after"), url)
+
+
+async def _chunks(response: aiohttp.ClientResponse, name: str) -> AsyncIterator[bytes]:
+    """The body as it arrives; a connection that breaks is an interrupted stream."""
+    try:
+        async for chunk in response.content.iter_any():
+            yield chunk
+    except (aiohttp.ClientError, ConnectionError) as exc:
+        raise StreamInterrupted(f"the stream from {name} broke off: {type(exc).__name__}: {exc}") from exc
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    if not retry_after:
+        return None
+    try:
+        return max(float(retry_after), 0.0)
+    except ValueError:
+        return None  # an HTTP date: fall back to the backoff
+
+
+def _json_or_none(payload: bytes) -> Any:
+    try:
+        return pydantic.TypeAdapter(Any).validate_json(payload)
+    except pydantic.ValidationError:
+        return None
