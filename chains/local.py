@@ -189,7 +189,9 @@ class LocalStub:
         endpoint = self._endpoint
         async with self._slot():
             source = self._instance.run_remote(**arguments)  # type: ignore[attr-defined]
-            if self._serialize:
+            # A structured stream is framed even without serialize: its reader needs the end
+            # frame that a server appends, or it would report the stream as interrupted.
+            if self._serialize or endpoint.output_kind == "structured":
                 shape = shape_of(endpoint)
                 framed = encode_framed(shape, source, chainlet=self._spec.name)
                 async for value in decode_framed(shape, framed):
