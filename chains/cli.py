@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import shlex
 import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from chains.checks import Chain
-from chains.errors import ChainsUsageError
+from chains.errors import ChainsError, ChainsUsageError
 from chains.loader import load_chain
 
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,16 +28,41 @@ def main() -> None:
     """Build, check and run chains of typed, streaming Python services."""
 
 
+def _fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+def _guarded(action: Callable[[], T]) -> T:
+    """Run ``action``; a chains error becomes a readable message and exit code 1."""
+    try:
+        return action()
+    except ChainsUsageError as exc:
+        _report(exc)
+        sys.exit(1)
+    except ChainsError as exc:
+        _fail(f"error: {exc}")
+
+
+def _report(exc: ChainsUsageError) -> None:
+    if exc.violations:
+        count = len(exc.violations)
+        click.echo(f"{count} problem{'s' if count != 1 else ''} found:", err=True)
+        for violation in exc.violations:
+            click.echo(f"  {violation}", err=True)
+    else:
+        click.echo(f"error: {exc}", err=True)
+
+
+# -- check / generate --------------------------------------------------------------------------
+
+
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
 def check(file: str, entrypoint: str | None) -> None:
     """Check the chain in FILE and list every problem found, or summarise it."""
-    try:
-        chain = load_chain(file, entrypoint)
-    except ChainsUsageError as exc:
-        _report(exc)
-        sys.exit(1)
+    chain = _guarded(lambda: load_chain(file, entrypoint))
     click.echo(summary(chain, file))
 
 
@@ -47,11 +81,296 @@ def summary(chain: Chain, file: str) -> str:
     return "\n".join(lines)
 
 
-def _report(exc: ChainsUsageError) -> None:
-    if exc.violations:
-        count = len(exc.violations)
-        click.echo(f"{count} problem{'s' if count != 1 else ''} found:", err=True)
-        for violation in exc.violations:
-            click.echo(f"  {violation}", err=True)
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Where to write.")
+def generate(file: str, entrypoint: str | None, out_dir: str) -> None:
+    """Generate each chainlet's server, stubs, descriptor and Dockerfile into --out."""
+    from codegen import generate as run_generator
+
+    chain = _guarded(lambda: load_chain(file, entrypoint))
+    result = _guarded(lambda: run_generator(chain, Path(file), Path(out_dir)))
+    for name, generated in result.chainlets.items():
+        click.echo(f"{name}: {generated.directory}")
+
+
+# -- push ----------------------------------------------------------------------------------------
+
+
+def _secret_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    values = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            _fail(f"error: --secret takes KEY=VALUE, got {pair!r}")
+        values[key] = value
+    return values
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
+@click.option("--name", metavar="NAME", help="The chain's name (default: from mark_entrypoint or the class).")
+@click.option("--target", type=click.Choice(["local"]), default="local", show_default=True)
+@click.option("--port", type=int, help="The entrypoint's port on 127.0.0.1 (default: any free one).")
+@click.option("--secret", "secret_pairs", multiple=True, metavar="KEY=VALUE", help="A secret; repeatable.")
+@click.option("--secrets-file", type=click.Path(dir_okay=False), help="Secrets in dotenv format.")
+@click.option("--dry-run", is_flag=True, help="Check and generate, start nothing.")
+@click.option("--watch", is_flag=True, help="Stay in the foreground and redeploy on source changes.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for readiness.")
+def push(
+    file: str,
+    entrypoint: str | None,
+    name: str | None,
+    target: str,
+    port: int | None,
+    secret_pairs: tuple[str, ...],
+    secrets_file: str | None,
+    dry_run: bool,
+    watch: bool,
+    as_json: bool,
+    timeout: float,
+) -> None:
+    """Check, generate and start the chain in FILE; print its URL and a curl line."""
+    from chains.deploy import collect_secrets, push_chain
+    from chains.targets.state import chain_dir
+
+    chain = _guarded(lambda: load_chain(file, entrypoint, name))
+    secrets = _secret_pairs(secret_pairs)
+    if dry_run:
+        from codegen import generate as run_generator
+
+        _guarded(lambda: collect_secrets(chain, secrets, secrets_file))
+        out = chain_dir(chain.name) / "dry-run"
+        result = _guarded(lambda: run_generator(chain, Path(file), out))
+        if as_json:
+            dirs = {n: str(c.directory) for n, c in result.chainlets.items()}
+            click.echo(json.dumps({"name": chain.name, "target": target, "generated": dirs}))
+        else:
+            click.echo(f"dry run: generated chain {chain.name!r} into {out} (nothing started)")
+        return
+    handle = _guarded(
+        lambda: push_chain(
+            chain,
+            Path(file),
+            target=target,
+            secrets=secrets,
+            secrets_file=secrets_file,
+            entry_port=port,
+            timeout=timeout,
+        )
+    )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "name": handle.name,
+                    "target": handle.target,
+                    "entrypoint_url": handle.entrypoint_url,
+                    "chainlets": handle.chainlets,
+                }
+            )
+        )
     else:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(_push_table(chain, handle.state))
+    if watch:
+        from chains.watch import watch as run_watch
+
+        _guarded(lambda: run_watch(Path(file), chain, entrypoint=entrypoint))
+
+
+def _push_table(chain: Chain, state: Any) -> str:
+    from chains.server.openapi import example_arguments
+
+    rows = [("CHAINLET", "URL", "PID", "STATE")]
+    rows += [
+        (
+            p.chainlet + (f"[{p.replica}]" if len(state.replicas(p.chainlet)) > 1 else ""),
+            p.url,
+            str(p.pid or "-"),
+            p.state,
+        )
+        for p in state.processes
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    table = "\n".join(
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+    example = json.dumps(example_arguments(chain.entrypoint.endpoint))
+    curl = (
+        f"curl -sN {state.entrypoint_url}/run_remote -H 'Content-Type: application/json' "
+        f"-d {shlex.quote(example)}"
+    )
+    return (
+        f"chain {state.chain!r} is running (target {state.target})\n{table}\n"
+        f"entrypoint: {state.entrypoint_url}\ntry: {curl}\n"
+        f"stop it with: chains stop {state.chain}"
+    )
+
+
+# -- status / logs / call / stop -----------------------------------------------------------------
+
+
+def _uptime(started_at: float) -> str:
+    if not started_at:
+        return "-"
+    seconds = int(time.time() - started_at)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
+def status(name: str | None, as_json: bool) -> None:
+    """Show every chain, or one chain's chainlets with their state, restarts and uptime."""
+    from chains.targets.state import list_chains, pid_alive, read_state
+
+    if name is None:
+        names = list_chains()
+        if not names:
+            click.echo("no chains are running here; start one with `chains push FILE`")
+            return
+        for chain_name in names:
+            state = _guarded(lambda n=chain_name: read_state(n))  # type: ignore[misc]
+            ready = sum(p.state == "ready" for p in state.processes)
+            health = "running" if state.alive else "stale (supervisor gone)"
+            click.echo(
+                f"{state.chain}  {health}  {ready}/{len(state.processes)} ready  {state.entrypoint_url}"
+            )
+        return
+    state = _guarded(lambda: read_state(name))
+    if as_json:
+        click.echo(state.model_dump_json(indent=2))
+        return
+    if not state.alive:
+        click.echo(
+            f"chain {name!r} is stale: its supervisor is gone and its processes are not supervised; "
+            f"run `chains stop {name}` to clean up, or push it again",
+            err=True,
+        )
+    rows = [("CHAINLET", "URL", "PID", "STATE", "RESTARTS", "UPTIME")]
+    for p in state.processes:
+        alive = p.pid is not None and pid_alive(p.pid)
+        shown = p.state if alive or p.state in ("failed", "stopped", "restarting") else "gone"
+        rows.append(
+            (
+                p.chainlet + (f"[{p.replica}]" if len(state.replicas(p.chainlet)) > 1 else ""),
+                p.url,
+                str(p.pid or "-"),
+                shown,
+                str(p.restarts),
+                _uptime(p.started_at) if alive else "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    click.echo(f"chain {state.chain!r} (target {state.target}, entrypoint {state.entrypoint_url})")
+    for r in rows:
+        click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _follow(paths: list[Path], lines: int) -> Iterator[str]:
+    handles = []
+    for path in paths:
+        handle = open(path, errors="replace")  # noqa: SIM115 - kept open while following
+        text = handle.read()
+        for line in text.splitlines()[-lines:]:
+            yield f"{path.stem} | {line}" if len(paths) > 1 else line
+        handles.append((path, handle))
+    while True:
+        quiet = True
+        for path, handle in handles:
+            line = handle.readline()
+            while line:
+                quiet = False
+                text = line.rstrip("\n")
+                yield f"{path.stem} | {text}" if len(paths) > 1 else text
+                line = handle.readline()
+        if quiet:
+            time.sleep(0.2)
+
+
+@main.command()
+@click.argument("name")
+@click.argument("chainlet", required=False)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("-n", "--lines", type=int, default=100, show_default=True, help="Lines to show per log.")
+def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
+    """Print the logs of a chain's chainlets (all, or one)."""
+    from chains.targets.state import chain_dir, iter_logs, read_state
+
+    state = _guarded(lambda: read_state(name))
+    paths = list(iter_logs(name))
+    if chainlet is not None:
+        if chainlet not in state.chainlet_names():
+            _fail(
+                f"error: chain {name!r} has no chainlet {chainlet!r}; "
+                f"it has: {', '.join(state.chainlet_names())}"
+            )
+        paths = [p for p in paths if p.stem == chainlet or p.stem.startswith(f"{chainlet}-")]
+    if not paths:
+        _fail(f"error: no logs yet in {chain_dir(name) / 'logs'}")
+    if follow:
+        try:
+            for line in _follow(paths, lines):
+                click.echo(line)
+        except KeyboardInterrupt:
+            return
+        return
+    for path in paths:
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+        for line in text:
+            click.echo(f"{path.stem} | {line}" if len(paths) > 1 else line)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--json", "json_args", metavar="ARGS", help="The arguments as a JSON object.")
+@click.option(
+    "--file", "args_file", type=click.Path(dir_okay=False), help="A file holding the JSON arguments."
+)
+@click.option("--api-key", envvar="CHAINS_API_KEY", help="The entrypoint's API key, if it has one.")
+@click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+def call(
+    name: str, json_args: str | None, args_file: str | None, api_key: str | None, timeout: float | None
+) -> None:
+    """Call chain NAME's entrypoint and print the answer; streams print as they arrive."""
+    from chains.client import CallFailed, call_entrypoint
+    from chains.targets.state import read_state
+
+    state = _guarded(lambda: read_state(name))
+    if json_args is not None and args_file is not None:
+        _fail("error: give the arguments with --json or --file, not both")
+    text = Path(args_file).read_text() if args_file else (json_args or "{}")
+    try:
+        arguments = json.loads(text)
+    except ValueError as exc:
+        _fail(f"error: the arguments are not valid JSON: {exc}")
+    if not isinstance(arguments, dict):
+        _fail('error: the arguments must be a JSON object, e.g. --json \'{"prompt": "hi"}\'')
+    if not state.alive:
+        _fail(f"error: chain {name!r} is stale (its supervisor is gone); push it again")
+    try:
+        asyncio.run(
+            call_entrypoint(
+                state.entrypoint_url, arguments, state.entrypoint_kind, api_key=api_key, timeout=timeout
+            )
+        )
+    except CallFailed as exc:
+        _fail(f"error: {exc}")
+
+
+@main.command()
+@click.argument("name")
+@click.option("--grace", type=float, default=15.0, show_default=True, help="Seconds to drain before killing.")
+def stop(name: str, grace: float) -> None:
+    """Stop chain NAME: drain its chainlets, then stop them; nothing is left running."""
+    from chains.targets.local import stop_chain
+
+    state = _guarded(lambda: stop_chain(name, grace))
+    click.echo(f"stopped chain {state.chain!r} ({len(state.processes)} process(es))")

@@ -104,6 +104,8 @@ class ChainletApp:
     async def _build(self) -> None:
         try:
             self.instance = await asyncio.to_thread(self._factory, self.metrics)
+            if self.settings.ready_file is not None:
+                self.settings.ready_file.touch()
             logger.info("chainlet %s is ready", self.spec.name)
         except BaseException as exc:  # reported by the process, which then exits
             self.startup_error = exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 import time
 from collections.abc import Mapping
@@ -149,8 +150,19 @@ class _DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def serve(app: ChainletApp, host: str = "127.0.0.1", port: int = 8000, log_level: str = "INFO") -> int:
-    """Serve ``app`` until SIGTERM or SIGINT; returns the process exit code."""
+def serve(
+    app: ChainletApp,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "INFO",
+    fd: int | None = None,
+) -> int:
+    """Serve ``app`` until SIGTERM or SIGINT; returns the process exit code.
+
+    With ``fd``, serve on that already-listening socket instead of binding ``host:port``:
+    a supervisor that owns the socket can restart the process without closing the port,
+    so connections made meanwhile wait in the backlog instead of being refused.
+    """
     configure_logging(app.spec.name, log_level)
     config = uvicorn.Config(
         app,
@@ -163,7 +175,8 @@ def serve(app: ChainletApp, host: str = "127.0.0.1", port: int = 8000, log_level
         timeout_keep_alive=30,
     )
     server = _DrainingServer(config, app)
-    asyncio.run(server.serve())
+    sockets = [socket.socket(fileno=fd)] if fd is not None else None
+    server.run(sockets=sockets)
     return server.exit_code
 
 
@@ -172,6 +185,7 @@ def main(app: ChainletApp, argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=f"Serve chainlet {app.spec.name}.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--fd", type=int, default=None, help="serve on this inherited listening socket")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    sys.exit(serve(app, args.host, args.port, args.log_level.upper()))
+    sys.exit(serve(app, args.host, args.port, args.log_level.upper(), args.fd))

@@ -40,6 +40,7 @@ class ServerSettings:
     data_dir: Path | None = None
     environment: str | None = None
     docs: bool | None = None  # None: only on the entrypoint
+    ready_file: Path | None = None  # created once the chainlet is built (for a supervisor)
 
     def __repr__(self) -> str:
         # Never print credentials: settings end up in logs and tracebacks.
@@ -92,4 +93,5 @@ class ServerSettings:
             data_dir=Path(env["CHAINS_DATA_DIR"]) if env.get("CHAINS_DATA_DIR") else None,
             environment=env.get("CHAINS_ENVIRONMENT") or None,
             docs=None if docs is None else docs in ("1", "true"),
+            ready_file=Path(env["CHAINS_READY_FILE"]) if env.get("CHAINS_READY_FILE") else None,
         )

@@ -1,0 +1,118 @@
+"""Calling a running chain's entrypoint from outside, printing what it answers as it arrives.
+
+Used by ``chains call``. Streams are requested as server-sent events: they are plain text
+a person can read, and they still carry the end (or error) event, so a stream cut short
+is reported as such and never mistaken for a complete one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TextIO
+
+import httpx
+
+from chains.errors import ErrorDetail, RemoteError, StreamInterrupted
+from chains.sse import SSE
+
+__all__ = ["CallFailed", "call_entrypoint"]
+
+
+class CallFailed(Exception):
+    """The call did not succeed; the message says why, for a person."""
+
+
+async def call_entrypoint(
+    url: str,
+    arguments: dict[str, Any],
+    kind: str,
+    out: TextIO = sys.stdout,
+    api_key: str | None = None,
+    timeout: float | None = None,
+) -> None:
+    """POST ``arguments`` to ``url``/run_remote and write the answer to ``out``."""
+    headers = {"content-type": "application/json"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    if kind != "unary":
+        headers["accept"] = "text/event-stream"
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10)) as client:
+        try:
+            async with client.stream(
+                "POST", url + "/run_remote", json=arguments, headers=headers
+            ) as response:
+                if response.status_code != 200:
+                    raise CallFailed(_describe_failure(response.status_code, await response.aread()))
+                if kind == "unary":
+                    out.write(json.dumps(json.loads(await response.aread()), indent=2) + "\n")
+                    return
+                await _print_events(SSE.from_chunks(response.aiter_bytes()), kind, out)
+        except httpx.TransportError as exc:
+            raise CallFailed(f"the call to {url} broke off: {type(exc).__name__}: {exc}") from None
+
+
+def _describe_failure(status: int, body: bytes) -> str:
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return f"HTTP {status}: {body[:500].decode(errors='replace')}"
+    if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+        return str(RemoteError.from_detail(ErrorDetail.model_validate(payload["error"])))
+    if isinstance(payload, dict) and "detail" in payload:
+        detail = payload["detail"]
+        if isinstance(detail, list):
+            lines = [f"  {'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in detail]
+            return f"HTTP {status}: invalid arguments\n" + "\n".join(lines)
+        return f"HTTP {status}: {detail}"
+    return f"HTTP {status}: {payload}"
+
+
+async def _print_events(events: AsyncIterator[SSE], kind: str, out: TextIO) -> None:
+    write = _writer(kind, out)
+    async for event in events:
+        name = event.event or "message"
+        if name == "end":
+            if kind == "text":
+                out.write("\n")
+            out.flush()
+            return
+        if name == "error":
+            detail = ErrorDetail.model_validate_json(event.data)
+            raise CallFailed(str(RemoteError.from_detail(detail)))
+        if kind == "sse" or name in ("header", "footer"):
+            out.write(f"{name}: {event.data}\n" if kind != "sse" else event.encode())
+        else:
+            write(event.data)
+        out.flush()
+    raise CallFailed(
+        str(StreamInterrupted("the stream ended before its end event: the output above is incomplete"))
+    )
+
+
+def _writer(kind: str, out: TextIO) -> Callable[[str], None]:
+    if kind == "text":
+
+        def write_text(data: str) -> None:
+            out.write(data)
+
+        return write_text
+    if kind == "bytes":
+        binary = getattr(out, "buffer", None)
+
+        def write_bytes(data: str) -> None:
+            raw = base64.b64decode(data)
+            if binary is not None:
+                binary.write(raw)
+                binary.flush()
+            else:
+                out.write(raw.decode(errors="replace"))
+
+        return write_bytes
+
+    def write_line(data: str) -> None:
+        out.write(data + "\n")
+
+    return write_line

@@ -1,0 +1,200 @@
+"""``chains.push``: check, generate and start a chain, and the handle to the running chain."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from chains.chainlet import ChainletBase
+from chains.checks import Chain
+from chains.endpoint import EndpointSpec
+from chains.errors import ChainsUsageError
+from chains.loader import load_chain
+from chains.stubs import StubBase, StubOptions
+from chains.targets.state import ChainState
+
+__all__ = ["ChainHandle", "collect_secrets", "parse_dotenv", "push", "push_chain"]
+
+TARGETS = ("local",)
+
+
+def parse_dotenv(text: str, origin: str = "secrets file") -> dict[str, str]:
+    """``KEY=VALUE`` lines (``export`` prefix, quotes and ``#`` comments allowed)."""
+    values: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        line = line.removeprefix("export ").strip()
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ChainsUsageError(f"{origin}:{number}: expected KEY=VALUE, got {raw!r}")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key] = value
+    return values
+
+
+def collect_secrets(
+    chain: Chain,
+    given: Mapping[str, str] | None = None,
+    secrets_file: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Every secret the chain declares, from (by precedence) ``given``, the file, then
+    ``CHAINS_SECRET_<KEY>`` variables; a declared secret with no value is an error naming it."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, str] = {}
+    from_env = {
+        k.removeprefix("CHAINS_SECRET_"): v for k, v in environ.items() if k.startswith("CHAINS_SECRET_")
+    }
+    values.update(from_env)
+    if secrets_file is not None:
+        path = Path(secrets_file)
+        try:
+            values.update(parse_dotenv(path.read_text(), str(path)))
+        except FileNotFoundError:
+            raise ChainsUsageError(f"secrets file {path} does not exist") from None
+    values.update(given or {})
+    missing = []
+    needed: dict[str, str] = {}
+    for spec in chain.chainlets:
+        for key in spec.remote_config.assets.secret_keys:
+            if key in values:
+                needed[key] = values[key]
+            else:
+                missing.append(f"{key!r} (chainlet {spec.name})")
+    if missing:
+        first = missing[0].split("'")[1]
+        raise ChainsUsageError(
+            f"missing secret {', '.join(missing)}: pass --secret {first}=VALUE, put it in a --secrets-file, "
+            f"or set CHAINS_SECRET_{first}"
+        )
+    return needed
+
+
+@dataclass
+class ChainHandle:
+    """A running chain: its URLs, a way to call it, and ``stop()``. A context manager::
+
+    with chains.push(Entry) as chain:
+        print(chain.call(prompt="hi"))
+    """
+
+    name: str
+    target: str
+    entrypoint_url: str
+    chainlets: dict[str, list[str]]
+    endpoint: EndpointSpec
+    state: ChainState
+    api_key: str | None = None
+    _stub: StubBase | None = field(default=None, repr=False)
+
+    def _client(self) -> StubBase:
+        if self._stub is None:
+            stub_cls = type(f"{self.endpoint.chainlet}Client", (StubBase,), {"endpoint": self.endpoint})
+            self._stub = stub_cls(
+                self.entrypoint_url,
+                name=self.endpoint.chainlet,
+                options=StubOptions(retries=2),
+                token=self.api_key,
+            )
+        return self._stub
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the entrypoint; a stream is collected into a list."""
+        client = self._client()
+        try:
+            if self.endpoint.is_stream:
+                return [item async for item in client.stream_remote(*args, **kwargs)]
+            return await client.call_remote(*args, **kwargs)
+        finally:
+            await client.aclose()
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the entrypoint from sync code; a stream is collected into a list."""
+        return asyncio.run(self.acall(*args, **kwargs))
+
+    async def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """Call a streaming entrypoint and yield its items as they arrive."""
+        async for item in self._client().stream_remote(*args, **kwargs):
+            yield item
+
+    def stop(self) -> None:
+        from chains.targets.local import stop_chain
+
+        stop_chain(self.name)
+
+    def __enter__(self) -> ChainHandle:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def push_chain(
+    chain: Chain,
+    source_file: Path,
+    *,
+    target: str = "local",
+    secrets: Mapping[str, str] | None = None,
+    secrets_file: str | Path | None = None,
+    entry_port: int | None = None,
+    timeout: float = 60.0,
+) -> ChainHandle:
+    """Start an already loaded and checked chain on ``target``."""
+    if target not in TARGETS:
+        raise ChainsUsageError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
+    values = collect_secrets(chain, secrets, secrets_file)
+    from chains.targets.local import LocalTarget
+
+    state = LocalTarget().push(
+        chain, source_file, secrets_values=values, entry_port=entry_port, timeout=timeout
+    )
+    return ChainHandle(
+        name=chain.name,
+        target=target,
+        entrypoint_url=state.entrypoint_url,
+        chainlets={name: [p.url for p in state.replicas(name)] for name in state.chainlet_names()},
+        endpoint=chain.entrypoint.endpoint,
+        state=state,
+    )
+
+
+def push(
+    entrypoint: type[ChainletBase] | str | Path,
+    target: str = "local",
+    name: str | None = None,
+    *,
+    secrets: Mapping[str, str] | None = None,
+    port: int | None = None,
+    timeout: float = 60.0,
+) -> ChainHandle:
+    """Check, generate and start the chain of ``entrypoint`` (a chainlet class or a file).
+
+    Returns once every chainlet is ready::
+
+        with chains.push(Entry, name="demo") as chain:
+            assert chain.call(prompt="hi")
+    """
+    if isinstance(entrypoint, str | Path):
+        source = Path(entrypoint)
+        chain = load_chain(source, name=name)
+    else:
+        file = inspect.getsourcefile(entrypoint)
+        if file is None:
+            raise ChainsUsageError(
+                f"cannot find the source file of {entrypoint.__name__}; pass the file instead"
+            )
+        source = Path(file)
+        chain = load_chain(source, entrypoint.__name__, name)
+    return push_chain(chain, source, target=target, secrets=secrets, entry_port=port, timeout=timeout)

@@ -1,0 +1,326 @@
+"""The supervisor of one local deployment: ``python -m chains.targets.supervisor DEPLOY_DIR``.
+
+It owns every chainlet's listening socket and hands it to the chainlet process, so that a
+restarted (or replaced) process serves the same port and calls made in between wait in the
+socket's backlog instead of being refused. It restarts crashed chainlets with backoff,
+gives up on one that keeps crashing, records what runs in ``state.json``, and takes
+commands (``replace``, ``stop``) on a unix socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chains.targets.state import ChainletProcess, ChainState, Deployment, DeploymentChainlet, write_private
+
+__all__ = ["CONTROL_SOCKET", "Supervisor", "main"]
+
+CONTROL_SOCKET = "supervisor.sock"
+RESTART_WINDOW_SEC = 60.0
+MAX_RESTARTS_IN_WINDOW = 5
+_POLL_SEC = 0.05
+
+
+@dataclass
+class _Replica:
+    spec: DeploymentChainlet
+    index: int
+    sock: socket.socket
+    log_path: Path
+    record: ChainletProcess
+    process: subprocess.Popen[bytes] | None = None
+    ever_ready: bool = False
+    restart_times: list[float] = field(default_factory=list)
+    restart_at: float | None = None
+    retiring: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.deployment = Deployment.model_validate_json((directory / "deployment.json").read_text())
+        self.logs = directory.parent.parent / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.replicas: list[_Replica] = []
+        self.stopping = False
+        self._stopped = asyncio.Event()
+        self.run_dir = directory / "run"
+        self.run_dir.mkdir(exist_ok=True)
+        self._spawned = 0
+        self._ready_files: dict[int, Path] = {}
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _listen(self, port: int) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Lets a replacement deployment bind the entrypoint's port while this one drains.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((self.deployment.host, port))
+        sock.listen(1024)
+        sock.set_inheritable(True)
+        return sock
+
+    def open_sockets(self) -> None:
+        """Bind every replica's port first, so each process starts knowing all the URLs."""
+        host = self.deployment.host
+        for chainlet in self.deployment.chainlets:
+            for index in range(chainlet.replicas):
+                port = self.deployment.entry_port if chainlet.is_entrypoint and index == 0 else 0
+                sock = self._listen(port or 0)
+                bound = sock.getsockname()[1]
+                suffix = f"-{index}" if chainlet.replicas > 1 else ""
+                log_path = self.logs / f"{chainlet.name}{suffix}.log"
+                record = ChainletProcess(
+                    chainlet=chainlet.name,
+                    replica=index,
+                    port=bound,
+                    url=f"http://{host}:{bound}",
+                    log=str(log_path),
+                    directory=chainlet.directory,
+                    code_version=chainlet.code_version,
+                )
+                self.replicas.append(_Replica(chainlet, index, sock, log_path, record))
+
+    def dependency_urls(self) -> dict[str, list[str]]:
+        urls: dict[str, list[str]] = {}
+        for replica in self.replicas:
+            urls.setdefault(replica.spec.name, []).append(replica.record.url)
+        return urls
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def _spawn(self, replica: _Replica, directory: str | None = None) -> subprocess.Popen[bytes]:
+        spec = replica.spec
+        env = dict(os.environ)
+        env.update(spec.env)
+        env["CHAINS_DEPENDENCY_URLS"] = json.dumps(self.dependency_urls())
+        env["CHAINS_REPLICA"] = str(replica.index)
+        self._spawned += 1
+        # The process creates this file once its chainlet is built. On a shared socket an
+        # HTTP probe could be answered by the process being replaced, the file cannot.
+        ready_file = self.run_dir / f"{spec.name}-{replica.index}-{self._spawned}.ready"
+        ready_file.unlink(missing_ok=True)
+        env["CHAINS_READY_FILE"] = str(ready_file)
+        fd = replica.sock.fileno()
+        log = open(replica.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+        try:
+            process = subprocess.Popen(
+                [self.deployment.python, "server.py", "--fd", str(fd)],
+                cwd=directory or replica.record.directory,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(fd,),
+            )
+        finally:
+            log.close()
+        self._ready_files[process.pid] = ready_file
+        return process
+
+    def _is_ready(self, process: subprocess.Popen[bytes]) -> bool:
+        return process.poll() is None and self._ready_files[process.pid].exists()
+
+    def start(self, replica: _Replica) -> None:
+        replica.process = self._spawn(replica)
+        replica.record.pid = replica.process.pid
+        replica.record.state = "starting"
+        replica.record.started_at = time.time()
+
+    async def _check(self, replica: _Replica) -> None:
+        record = replica.record
+        now = time.monotonic()
+        for old in list(replica.retiring):
+            if old.poll() is not None:
+                replica.retiring.remove(old)
+        if replica.process is None:
+            if replica.restart_at is not None and now >= replica.restart_at and not self.stopping:
+                replica.restart_at = None
+                self.start(replica)
+                self.write_state()
+            return
+        code = replica.process.poll()
+        if code is None:
+            if record.state in ("starting", "restarting") and self._is_ready(replica.process):
+                record.state = "ready"
+                replica.ever_ready = True
+                self.write_state()
+            return
+        if self.stopping:
+            return
+        # The process is gone without being asked to go.
+        replica.process = None
+        record.pid = None
+        record.last_exit = code
+        if not replica.ever_ready:
+            record.state = "failed"  # it never started: restarting would fail the same way
+            self.write_state()
+            return
+        replica.restart_times = [t for t in replica.restart_times if now - t < RESTART_WINDOW_SEC]
+        if len(replica.restart_times) >= MAX_RESTARTS_IN_WINDOW:
+            record.state = "failed"
+            self._log(replica, f"crashed {len(replica.restart_times) + 1} times within a minute; giving up")
+            self.write_state()
+            return
+        delay = 0.0 if not replica.restart_times else min(0.25 * 2 ** len(replica.restart_times), 5.0)
+        replica.restart_times.append(now)
+        record.restarts += 1
+        record.state = "restarting"
+        replica.restart_at = now + delay
+        self._log(replica, f"exited with code {code}; restarting in {delay:.2f}s")
+        self.write_state()
+
+    def _log(self, replica: _Replica, message: str) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with open(replica.log_path, "a") as log:
+            log.write(f"{stamp} SUPERVISOR {replica.spec.name}: {message}\n")
+
+    async def replace(self, chainlet: str, directory: str, code_version: str, timeout: float) -> None:
+        """Start new processes of ``chainlet`` from ``directory`` on the same sockets; once
+        they are ready, stop the old ones. Calls keep being answered throughout."""
+        targets = [r for r in self.replicas if r.spec.name == chainlet]
+        if not targets:
+            raise ValueError(f"no chainlet {chainlet!r} in this deployment")
+        fresh = [(r, self._spawn(r, directory)) for r in targets]
+        deadline = time.monotonic() + timeout
+        for replica, process in fresh:
+            while not self._is_ready(process):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    for _, started in fresh:
+                        started.kill()
+                    raise RuntimeError(
+                        f"the new {chainlet} did not become ready (exit code {process.poll()}); "
+                        f"see {replica.log_path}"
+                    )
+                await asyncio.sleep(_POLL_SEC)
+        for replica, process in fresh:
+            old = replica.process
+            replica.process = process
+            replica.record.pid = process.pid
+            replica.record.state = "ready"
+            replica.record.started_at = time.time()
+            replica.record.directory = directory
+            replica.record.code_version = code_version
+            replica.ever_ready = True
+            if old is not None and old.poll() is None:
+                old.send_signal(signal.SIGTERM)
+                replica.retiring.append(old)
+        self.write_state()
+
+    # -- state -------------------------------------------------------------------------------
+
+    def state(self) -> ChainState:
+        entry = next(r for r in self.replicas if r.spec.is_entrypoint)
+        return ChainState(
+            chain=self.deployment.chain,
+            deployment=self.deployment.id,
+            target="local",
+            source=self.deployment.source,
+            entrypoint=self.deployment.entrypoint,
+            entrypoint_kind=self.deployment.entrypoint_kind,
+            entrypoint_url=entry.record.url,
+            supervisor_pid=os.getpid(),
+            processes=[r.record for r in self.replicas],
+            stopping=self.stopping,
+        )
+
+    def write_state(self) -> None:
+        write_private(self.directory / "state.json", self.state().model_dump_json(indent=2))
+
+    # -- control -----------------------------------------------------------------------------
+
+    async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = json.loads(await reader.readline())
+            command = request.get("cmd")
+            if command == "replace":
+                await self.replace(
+                    request["chainlet"],
+                    request["directory"],
+                    request.get("code_version", ""),
+                    float(request.get("timeout", 60)),
+                )
+                answer: dict[str, Any] = {"ok": True}
+            elif command == "stop":
+                asyncio.get_running_loop().call_soon(self.request_stop)
+                answer = {"ok": True}
+            elif command == "state":
+                answer = {"ok": True, "state": self.state().model_dump(mode="json")}
+            else:
+                answer = {"ok": False, "error": f"unknown command {command!r}"}
+        except Exception as exc:
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        writer.write(json.dumps(answer).encode() + b"\n")
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        writer.close()
+
+    def request_stop(self) -> None:
+        self.stopping = True
+        self._stopped.set()
+
+    async def _shutdown(self) -> None:
+        self.write_state()
+        processes = [p for r in self.replicas for p in [r.process, *r.retiring] if p is not None]
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.deployment.grace_sec
+        while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+            await asyncio.sleep(_POLL_SEC)
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        for replica in self.replicas:
+            replica.record.state = "stopped"
+            replica.record.pid = None
+            replica.sock.close()
+        self.write_state()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        control_path = self.directory / CONTROL_SOCKET
+        control_path.unlink(missing_ok=True)
+        server = await asyncio.start_unix_server(self._control, path=str(control_path))
+        os.chmod(control_path, 0o600)
+        self.open_sockets()
+        for replica in self.replicas:
+            self.start(replica)
+        self.write_state()
+        try:
+            while not self.stopping:
+                for replica in self.replicas:
+                    await self._check(replica)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), _POLL_SEC)
+        finally:
+            server.close()
+            await self._shutdown()
+            control_path.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.exit("usage: python -m chains.targets.supervisor DEPLOY_DIR")
+    supervisor = Supervisor(Path(args[0]))
+    asyncio.run(supervisor.run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""``chains push --watch``: redeploy what changed whenever the chain's source changes.
+
+Each change is checked and generated in a fresh interpreter (so edits to modules the chain
+file imports are seen too). A chain that fails its checks keeps the running version. Only
+chainlets whose generated code changed are replaced, new process before old, on the same
+port, so calls keep being answered.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from chains.checks import Chain
+from chains.targets.local import control, stop_chain
+from chains.targets.state import chain_dir, read_state
+
+__all__ = ["snapshot", "watch"]
+
+_SKIP_DIRS = {"__pycache__", ".git", ".venv", ".chains", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+
+
+def snapshot(folder: Path) -> dict[str, float]:
+    """Modification times of the files under ``folder`` that make up the chain's source."""
+    times: dict[str, float] = {}
+    for path in folder.rglob("*"):
+        if any(part in _SKIP_DIRS for part in path.relative_to(folder).parts) or not path.is_file():
+            continue
+        times[str(path)] = path.stat().st_mtime
+    return times
+
+
+def _descriptors(generated: Path) -> dict[str, dict[str, object]]:
+    found = {}
+    for path in sorted(generated.glob("*/chainlet.json")):
+        data = json.loads(path.read_text())
+        found[str(data["name"])] = data
+    return found
+
+
+def _topology(descriptors: dict[str, dict[str, object]]) -> object:
+    return sorted(
+        (
+            name,
+            json.dumps(d.get("dependencies"), sort_keys=True),
+            json.dumps(d.get("options"), sort_keys=True),
+        )
+        for name, d in descriptors.items()
+    )
+
+
+def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: int) -> str:
+    """Check and generate ``file`` again and replace the chainlets whose code changed."""
+    state = read_state(chain_name)
+    deploy_dir = chain_dir(chain_name) / "deployments" / state.deployment
+    out = deploy_dir / f"generated-{generation}"
+    command = [sys.executable, "-m", "chains", "generate", str(file), "--out", str(out)]
+    if entrypoint:
+        command += ["--entrypoint", entrypoint]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        return f"the change does not pass the checks; the running version stays:\n{result.stderr.rstrip()}"
+    new = _descriptors(out)
+    running = {p.chainlet: p for p in state.processes}
+    old_dirs = {name: Path(p.directory) for name, p in running.items()}
+    old = {name: json.loads((d / "chainlet.json").read_text()) for name, d in old_dirs.items()}
+    if set(new) != set(old) or _topology(new) != _topology(old):
+        push = [sys.executable, "-m", "chains", "push", str(file), "--name", chain_name]
+        if entrypoint:
+            push += ["--entrypoint", entrypoint]
+        pushed = subprocess.run(push, capture_output=True, text=True)
+        if pushed.returncode != 0:
+            return f"the new chain did not start; the running version stays:\n{pushed.stderr.rstrip()}"
+        return "the chain's shape changed: pushed it anew"
+    changed = [name for name in new if new[name].get("code_version") != old[name].get("code_version")]
+    if not changed:
+        return "no chainlet's code changed"
+    # Dependencies first: a caller's new code may rely on its callee's new endpoint.
+    order = [spec for spec in (p.chainlet for p in state.processes) if spec in changed]
+    for name in dict.fromkeys(order):
+        answer = control(
+            deploy_dir,
+            {
+                "cmd": "replace",
+                "chainlet": name,
+                "directory": str(out / name),
+                "code_version": str(new[name].get("code_version", "")),
+            },
+        )
+        if not answer.get("ok"):
+            return f"replacing {name} failed; it keeps running the old code: {answer.get('error')}"
+    return f"replaced {', '.join(dict.fromkeys(order))}"
+
+
+def watch(file: Path, chain: Chain, *, entrypoint: str | None = None) -> None:
+    """Watch the chain's folder until Ctrl-C, then stop the chain."""
+    folder = file.resolve().parent
+    before = snapshot(folder)
+    generation = 0
+    click.echo(f"watching {folder} for changes (Ctrl-C stops the chain)")
+    try:
+        while True:
+            time.sleep(0.3)
+            now = snapshot(folder)
+            if now == before:
+                continue
+            time.sleep(0.2)  # let an editor finish writing
+            before = snapshot(folder)
+            generation += 1
+            click.echo(f"[watch] change seen: {redeploy(file, chain.name, entrypoint, generation)}")
+    except KeyboardInterrupt:
+        click.echo("stopping the chain")
+        stop_chain(chain.name)
