@@ -50,6 +50,8 @@ __all__ = [
     "encode_frame",
     "encode_preamble",
     "iter_frames",
+    "kind_name",
+    "pack_header",
     "parse_preamble",
 ]
 
@@ -61,6 +63,9 @@ MAX_ENCODABLE_SIZE: Final = 2**32 - 1
 _HEADER = struct.Struct(">BI")
 _pack_header = _HEADER.pack
 _unpack_header = _HEADER.unpack_from
+
+pack_header: Final = _pack_header
+"""``pack_header(kind, length)``: the 5 header bytes of a frame (no size check; see encode_frame)."""
 
 
 class FrameKind(IntEnum):
@@ -224,21 +229,24 @@ class FrameDecoder:
             return self._feed_view(memoryview(data).cast("B"), pos, frames)
         limit = self._max
         append = frames.append
-        # The hot loop: whole frames inside this chunk are sliced out directly.
-        while size - pos >= HEADER_SIZE:
-            kind, length = _unpack_header(data, pos)
-            if kind not in _KIND_NAMES:
-                self._refuse_kind(kind, data, pos)
-            if length > limit:
+        unpack = _unpack_header
+        kinds = _KIND_NAMES
+        # The hot loop: whole frames inside this chunk are sliced out directly. (5 is
+        # HEADER_SIZE, written out because this loop runs once per frame.)
+        while size - pos >= 5:
+            kind, length = unpack(data, pos)
+            if length > limit or kind not in kinds:
+                if kind not in kinds:
+                    self._refuse_kind(kind, data, pos)
                 self._refuse_size(kind, length, pos)
-            end = pos + HEADER_SIZE + length
+            end = pos + 5 + length
             if end > size:
                 self._kind = kind
                 self._missing = end - size
-                self._pieces = [data[pos + HEADER_SIZE :]]
+                self._pieces = [data[pos + 5 :]]
                 self._offset += size
                 return frames
-            append((kind, data[pos + HEADER_SIZE : end]))
+            append((kind, data[pos + 5 : end]))
             pos = end
         if pos < size:
             self._head = data[pos:]

@@ -352,7 +352,7 @@ class _Structured:
         self.on_error = on_error
         self.failure: BaseException | None = None
 
-    def _problem(self, chunk: Any, writer: StreamWriter[Any] | None, expected: int) -> str:
+    def _problem(self, chunk: Any, writer: StreamWriter[Any] | None) -> str:
         types = self.shape.types
         if not isinstance(chunk, WriterChunk):
             return (
@@ -360,23 +360,36 @@ class _Structured:
                 f"yield what its chains.stream_writer({types!r}) returns from yield_item/yield_header/"
                 f"yield_footer, but it yielded {type(chunk).__name__} {chunk!r:.60}, which no writer made"
             )
-        origin, index = chunk.origin
-        if writer is None and origin.types.fingerprint != self.shape.fingerprint:
-            return (
-                f"this endpoint declares {types!r} but yielded frames of stream_writer({origin.types!r}); "
-                "build the writer with the StreamTypes of the annotation"
-            )
-        if writer is not None and origin is not writer:
+        origin = chunk.writer
+        if writer is None:
+            if origin is None:
+                return (
+                    "the first chunk the stream writer made (it carries the stream's preamble) was never "
+                    "yielded; yield every value writer.yield_*() returns, in order"
+                )
+            if origin.types.fingerprint != self.shape.fingerprint:
+                return (
+                    f"this endpoint declares {types!r} but yielded frames of "
+                    f"stream_writer({origin.types!r}); build the writer with the annotation's StreamTypes"
+                )
+        elif origin is not None:
             return (
                 "the endpoint yielded frames of two different stream writers; use one stream_writer per call"
             )
-        if index != expected:
-            missing = "frame" if index - expected == 1 else f"{index - expected} frames"
-            return (
-                f"a {missing} made by the stream writer was never yielded (or yielded out of order); "
-                "yield every value writer.yield_*() returns, in the order they were made"
-            )
         return ""
+
+    @staticmethod
+    def _unyielded(writer: StreamWriter[Any], received: int) -> str:
+        made = writer.chunks_made
+        if made == received:
+            return ""
+        if made > received:
+            count = "a chunk" if made - received == 1 else f"{made - received} chunks"
+            return (
+                f"{count} made by the stream writer never reached the stream; yield every value "
+                "writer.yield_*() returns, in the order they were made"
+            )
+        return "the endpoint yielded a stream writer's chunk more than once; yield each one once"
 
     def _writer(self) -> StreamWriter[Any]:
         types = self.shape.types
@@ -398,7 +411,7 @@ class _Structured:
     async def chunks(self) -> AsyncGenerator[bytes, None]:
         source = self.source
         writer: StreamWriter[Any] | None = None
-        expected = 0
+        received = 0
         failed: bytes | None
         try:
             while True:
@@ -411,16 +424,25 @@ class _Structured:
                     if failed is not None:
                         yield failed
                     return
-                problem = self._problem(chunk, writer, expected)
-                if problem:
-                    failed = self._fail(ChainsUsageError(problem), writer)
-                    if failed is not None:
-                        yield failed
-                    return
-                writer, expected = chunk.origin[0], chunk.origin[1] + 1
+                # The per-chunk check is a type test; which writer made it is on its first chunk.
+                if writer is None or type(chunk) is not WriterChunk or chunk.writer is not None:
+                    problem = self._problem(chunk, writer)
+                    if problem:
+                        failed = self._fail(ChainsUsageError(problem), writer)
+                        if failed is not None:
+                            yield failed
+                        return
+                    writer = chunk.writer
+                received += 1
                 yield chunk
             if writer is None:
                 writer = self._writer()
+            problem = self._unyielded(writer, received)
+            if problem:
+                failed = self._fail(ChainsUsageError(problem), writer)
+                if failed is not None:
+                    yield failed
+                return
             if not writer.closed:
                 try:
                     end = writer.end()

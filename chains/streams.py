@@ -38,6 +38,7 @@ import pydantic_core
 from chains.errors import ChainsUsageError, ErrorDetail, RemoteError, StreamInterrupted
 from chains.framing import (
     DEFAULT_MAX_FRAME_SIZE,
+    MAX_ENCODABLE_SIZE,
     Frame,
     FrameDecoder,
     FrameKind,
@@ -45,6 +46,7 @@ from chains.framing import (
     encode_frame,
     encode_preamble,
     kind_name,
+    pack_header,
     parse_preamble,
 )
 
@@ -71,6 +73,7 @@ ItemT = TypeVar("ItemT")
 HeaderT = TypeVar("HeaderT")
 FooterT = TypeVar("FooterT")
 
+_pack_header: Final = pack_header
 _PREAMBLE: Final = FrameKind.PREAMBLE.value
 _HEADER: Final = FrameKind.HEADER.value
 _ITEM: Final = FrameKind.ITEM.value
@@ -379,14 +382,15 @@ def stream_types(
 
 
 class WriterChunk(bytes):
-    """Bytes made by a stream writer: one or more frames, and which writer made them.
+    """Bytes made by a stream writer: one or more frames. Anywhere else they are plain bytes.
 
-    The server checks that a structured endpoint yields only these, in the order they were
-    made, so a frame that was built but never yielded is caught instead of corrupting the
-    stream. Anywhere else they are plain ``bytes``.
+    The server accepts only these from a structured endpoint. The first chunk of a stream
+    (the one carrying the preamble) also names its ``writer``, which the server uses to end
+    the stream and to check that every chunk the writer made was yielded. Only that chunk
+    gets an attribute: setting one on every chunk would cost more than the frame itself.
     """
 
-    origin: tuple[StreamWriter[Any], int]
+    writer: StreamWriter[Any] | None = None
 
 
 _FRESH: Final = 0  # nothing written yet: the next frame carries the preamble
@@ -404,13 +408,14 @@ class StreamWriter(Generic[ItemT]):
     :meth:`end` is appended (the server runtime appends it when the endpoint finishes).
     """
 
-    __slots__ = ("_count", "_header_written", "_state", "_types", "_wire")
+    __slots__ = ("_count", "_dump_item", "_header_written", "_state", "_types", "_wire")
 
     def __init__(self, types: StreamTypes[ItemT, Any, Any]) -> None:
         self._types = types
         self._wire = types.wire
+        self._dump_item = self._wire.item.dump
         self._state = _FRESH
-        self._count = 0  # chunks made, so the server can tell when one was not yielded
+        self._count = 0  # chunks made, so the server can tell whether all were yielded
         self._header_written = False
 
     @property
@@ -422,6 +427,11 @@ class StreamWriter(Generic[ItemT]):
         """True once :meth:`end` or :meth:`error` was called: nothing more can be written."""
         return self._state == _CLOSED
 
+    @property
+    def chunks_made(self) -> int:
+        """How many chunks the ``yield_*``, ``end`` and ``error`` methods returned so far."""
+        return self._count
+
     def __repr__(self) -> str:
         return f"stream_writer({self._types!r})"
 
@@ -429,10 +439,15 @@ class StreamWriter(Generic[ItemT]):
         """The frame of one item (a value of the stream's item type)."""
         if self._state != _ITEMS:
             self._before_item()
-            chunk = self._chunk(encode_frame(_ITEM, self._wire.item.dump(item)))
+            chunk = self._chunk(encode_frame(_ITEM, self._dump_item(item)))
             self._state = _ITEMS
             return chunk
-        return self._chunk(encode_frame(_ITEM, self._wire.item.dump(item)))
+        # The per-item path, inlined: for small items the frame's own cost is mostly calls.
+        payload = self._dump_item(item)
+        if len(payload) > MAX_ENCODABLE_SIZE:
+            encode_frame(_ITEM, payload)  # raises, saying why
+        self._count += 1
+        return WriterChunk(_pack_header(_ITEM, len(payload)) + payload)
 
     def end(self) -> WriterChunk:
         """The end frame; after it the stream is complete and the writer is closed.
@@ -461,13 +476,13 @@ class StreamWriter(Generic[ItemT]):
     # -- order checks -------------------------------------------------------------------------
 
     def _chunk(self, frame: bytes) -> WriterChunk:
-        if self._state == _FRESH:
-            frame = self._wire.preamble + frame
-            self._state = _OPEN
-        out = WriterChunk(frame)
-        out.origin = (self, self._count)
         self._count += 1
-        return out
+        if self._state == _FRESH:
+            self._state = _OPEN
+            first = WriterChunk(self._wire.preamble + frame)
+            first.writer = self
+            return first
+        return WriterChunk(frame)
 
     def _refuse(self, method: str, problem: str) -> ChainsUsageError:
         return ChainsUsageError(f"stream_writer({self._types!r}).{method}(): {problem}")

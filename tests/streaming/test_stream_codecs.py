@@ -385,15 +385,46 @@ async def test_frames_of_another_writer_are_refused() -> None:
         await _read_all(encode_framed(STRUCTURED, two_writers()))
 
 
-async def test_a_frame_made_but_not_yielded_is_caught() -> None:
+async def test_a_chunk_made_but_not_yielded_is_caught() -> None:
     async def skips() -> AsyncIterator[bytes]:
         writer = stream_writer(TOKENS)
         yield writer.yield_item(Token(text="a"))
         writer.yield_item(Token(text="lost"))
-        yield writer.yield_item(Token(text="c"))
+        yield writer.yield_footer(Usage(tokens=2))
 
-    with pytest.raises(RemoteError, match="was never yielded"):
+    with pytest.raises(RemoteError, match="a chunk made by the stream writer never reached the stream"):
         await _read_all(encode_framed(STRUCTURED, skips()))
+
+    async def skips_the_first() -> AsyncIterator[bytes]:
+        writer = stream_writer(TOKENS)
+        writer.yield_item(Token(text="lost"))
+        yield writer.yield_item(Token(text="b"))
+
+    with pytest.raises(RemoteError, match="carries the stream's preamble"):
+        await _read_all(encode_framed(STRUCTURED, skips_the_first()))
+
+    async def twice() -> AsyncIterator[bytes]:
+        writer = stream_writer(TOKENS)
+        yield writer.yield_item(Token(text="a"))
+        chunk = writer.yield_item(Token(text="b"))
+        yield chunk
+        yield chunk
+        yield writer.yield_footer(Usage(tokens=2))
+
+    with pytest.raises(RemoteError, match="more than once"):
+        await _read_all(encode_framed(STRUCTURED, twice()))
+
+
+async def test_chunks_made_ahead_and_yielded_in_order_are_fine() -> None:
+    async def ahead() -> AsyncIterator[bytes]:
+        writer = stream_writer(TOKENS)
+        chunks = [writer.yield_item(Token(text=t)) for t in "ab"] + [writer.yield_footer(Usage(tokens=2))]
+        for chunk in chunks:
+            yield chunk
+
+    reader = stream_reader(TOKENS, encode_framed(STRUCTURED, ahead()))
+    assert [t.text async for t in reader.read_items()] == ["a", "b"]
+    assert await reader.read_footer() == Usage(tokens=2)
 
 
 async def test_a_structured_producer_error_reaches_the_reader() -> None:
