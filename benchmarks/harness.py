@@ -23,6 +23,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import socket
@@ -408,34 +409,133 @@ class Target:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuUsage:
+    """Where the machine's CPU time went during one run, in CPU-seconds summed over all cores.
+
+    ``other_s`` is the rest of the machine: kernel network time for the loopback traffic (so it is never
+    zero) plus any process that is not ours. A run whose ``other_s`` jumps was disturbed; a run whose
+    ``server_s`` is well below ``wall_s`` under many connections means the server was not the bottleneck.
+    """
+
+    wall_s: float
+    server_s: float
+    wrk_s: float
+    other_s: float
+    steal_s: float
+
+
+def _machine_cpu(tick: float) -> tuple[float, float]:
+    """Busy and stolen CPU-seconds of the whole machine since boot."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq) / tick, steal / tick
+
+
+def _clock_tick() -> float:
+    return float(os.sysconf("SC_CLK_TCK"))
+
+
+class _CpuMeter:
+    """Reads /proc, so it measures on Linux only; elsewhere every figure reads as zero."""
+
+    def __init__(self, server_pid: int) -> None:
+        self._server_pid = server_pid
+        self._tick = _clock_tick()
+
+    def _server(self) -> float:
+        try:
+            # The command name in field 2 may contain spaces; the fields after its closing parenthesis
+            # start at field 3, which puts utime and stime (fields 14 and 15) at indexes 11 and 12.
+            after = Path(f"/proc/{self._server_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return 0.0
+        return (int(after[11]) + int(after[12])) / self._tick
+
+    @contextlib.contextmanager
+    def measure(self) -> Iterator[list[CpuUsage]]:
+        out: list[CpuUsage] = []
+        wall0, (busy0, steal0), server0 = time.monotonic(), _machine_cpu(self._tick), self._server()
+        # wrk is the only child that is waited for meanwhile (the servers are still running), so the
+        # growth of the children's usage is wrk's.
+        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        yield out
+        children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wall1, (busy1, steal1), server1 = time.monotonic(), _machine_cpu(self._tick), self._server()
+        wrk_s = (children1.ru_utime - children0.ru_utime) + (children1.ru_stime - children0.ru_stime)
+        server_s = server1 - server0
+        out.append(
+            CpuUsage(
+                wall_s=wall1 - wall0,
+                server_s=server_s,
+                wrk_s=wrk_s,
+                other_s=max(0.0, (busy1 - busy0) - server_s - wrk_s),
+                steal_s=steal1 - steal0,
+            )
+        )
+
+
+def machine_busy(interval_s: float = 1.0) -> float:
+    """How many cores' worth of CPU the machine uses right now, sampled over ``interval_s``.
+
+    Unlike the load average, this does not still count a benchmark that ended a minute ago.
+    """
+    tick = _clock_tick()
+    before, _ = _machine_cpu(tick)
+    time.sleep(interval_s)
+    after, _ = _machine_cpu(tick)
+    return (after - before) / interval_s
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    wrk: WrkResult
+    cpu: CpuUsage
+
+
+@dataclass(frozen=True, slots=True)
 class Summary:
     """All runs of one target at one load, and their medians."""
 
     target: str
     load: LoadSpec
-    runs: tuple[WrkResult, ...]
+    runs: tuple[Run, ...]
 
     @property
     def rps(self) -> float:
-        return statistics.median(r.requests_per_s for r in self.runs)
+        return statistics.median(r.wrk.requests_per_s for r in self.runs)
 
     @property
     def p50_ms(self) -> float:
-        return statistics.median(r.p50_ms for r in self.runs)
+        return statistics.median(r.wrk.p50_ms for r in self.runs)
 
     @property
     def p99_ms(self) -> float:
-        return statistics.median(r.p99_ms for r in self.runs)
+        return statistics.median(r.wrk.p99_ms for r in self.runs)
 
     @property
     def errors(self) -> int:
-        return sum(r.errors for r in self.runs)
+        return sum(r.wrk.errors for r in self.runs)
 
     @property
     def rps_spread(self) -> float:
         """(max - min) / median of the per-run rps: how far a single run could have misled."""
-        values = [r.requests_per_s for r in self.runs]
+        values = [r.wrk.requests_per_s for r in self.runs]
         return (max(values) - min(values)) / self.rps if self.rps else 0.0
+
+    @property
+    def server_cpu_per_request_us(self) -> float:
+        """Median server CPU time per request: the cost figure that does not depend on wrk's share."""
+        return statistics.median(
+            r.cpu.server_s / r.wrk.requests * 1e6 if r.wrk.requests else 0.0 for r in self.runs
+        )
+
+    @property
+    def other_cores(self) -> float:
+        """Median CPU use by the rest of the machine during the runs, in cores; near 0 on a quiet one."""
+        return statistics.median(r.cpu.other_s / r.cpu.wall_s if r.cpu.wall_s else 0.0 for r in self.runs)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -443,10 +543,19 @@ class Summary:
             "connections": self.load.connections,
             "threads": self.load.threads,
             "duration_s": self.load.duration_s,
-            "median": {"rps": self.rps, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms},
+            "median": {
+                "rps": self.rps,
+                "p50_ms": self.p50_ms,
+                "p99_ms": self.p99_ms,
+                "server_cpu_per_request_us": self.server_cpu_per_request_us,
+                "other_cores": self.other_cores,
+            },
             "rps_spread": self.rps_spread,
             "errors": self.errors,
-            "runs": [{**asdict(r), "socket_errors": r.socket_errors} for r in self.runs],
+            "runs": [
+                {**asdict(r.wrk), "socket_errors": r.wrk.socket_errors, "cpu": asdict(r.cpu)}
+                for r in self.runs
+            ],
         }
 
 
@@ -467,9 +576,12 @@ def run_interleaved(
     every target in turn, which puts runs of competing targets seconds apart instead of minutes.
     """
     ensure_wrk(log)
-    results: dict[tuple[str, LoadSpec], list[WrkResult]] = {(t.name, ld): [] for t in targets for ld in loads}
+    results: dict[tuple[str, LoadSpec], list[Run]] = {(t.name, ld): [] for t in targets for ld in loads}
     if len(results) != len(targets) * len(loads):
         raise ValueError("target names and load specs must be unique")
+    busy = machine_busy()
+    if busy > 0.2:
+        log(f"warning: other processes are using {busy:.2f} cores; expect noisier runs")
     with contextlib.ExitStack() as stack:
         servers = {
             t.name: stack.enter_context(
@@ -485,6 +597,7 @@ def run_interleaved(
             )
             for t in targets
         }
+        meters = {name: _CpuMeter(server.process.pid) for name, server in servers.items()}
         if warmup_s > 0:
             # Lets lazy imports, pydantic's first validations and CPython's adaptive specialization
             # settle before anything is recorded.
@@ -494,14 +607,17 @@ def run_interleaved(
         for round_no in range(1, rounds + 1):
             for load in loads:
                 for t in targets:
-                    result = run_wrk(
-                        servers[t.name].url(t.path), t.body, load, headers=t.headers, cpus=wrk_cpus
-                    )
-                    results[(t.name, load)].append(result)
+                    with meters[t.name].measure() as usage:
+                        result = run_wrk(
+                            servers[t.name].url(t.path), t.body, load, headers=t.headers, cpus=wrk_cpus
+                        )
+                    results[(t.name, load)].append(Run(result, usage[0]))
                     log(
                         f"round {round_no}/{rounds} c={load.connections:<3} {t.name:<16} "
                         f"{result.requests_per_s:9.0f} rps  p50 {result.p50_ms:7.3f} ms  "
-                        f"p99 {result.p99_ms:7.3f} ms  errors {result.errors}"
+                        f"p99 {result.p99_ms:7.3f} ms  errors {result.errors}  "
+                        f"cpu server {usage[0].server_s:5.2f}s wrk {usage[0].wrk_s:5.2f}s "
+                        f"other {usage[0].other_s:5.2f}s"
                     )
     return [Summary(t.name, ld, tuple(results[(t.name, ld)])) for ld in loads for t in targets]
 
