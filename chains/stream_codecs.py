@@ -2,15 +2,12 @@
 
 An endpoint's stream has a *kind*, given by what its generator yields:
 
-=============  ===============================================  ===========================
-kind           annotation                                       values
-=============  ===============================================  ===========================
-``text``       ``AsyncIterator[str]``                           ``str``
-``bytes``      ``AsyncIterator[bytes]``                         ``bytes``
-``sse``        ``AsyncIterator[chains.SSE]``                    :class:`chains.SSE`
-``items``      ``AsyncIterator[T]``                             ``T`` (serializable)
-``structured`` ``Annotated[AsyncIterator[bytes], StreamTypes]``  bytes of a stream writer
-=============  ===============================================  ===========================
+- ``text``: ``AsyncIterator[str]``, values ``str``;
+- ``bytes``: ``AsyncIterator[bytes]``, values ``bytes``;
+- ``sse``: ``AsyncIterator[chains.SSE]``, values :class:`chains.SSE`;
+- ``items``: ``AsyncIterator[T]``, values of any serializable ``T``;
+- ``structured``: ``Annotated[AsyncIterator[bytes], StreamTypes]``, the bytes a stream
+  writer returns.
 
 The server encodes the generator's values in the form the caller negotiated with
 :func:`negotiate`: framed (:func:`encode_framed`, what stubs ask for), server-sent events
@@ -86,8 +83,8 @@ BYTES_MEDIA_TYPE: Final = "application/octet-stream"
 NDJSON_MEDIA_TYPE: Final = "application/x-ndjson"
 
 ErrorHook = Callable[[BaseException], None]
-"""Called with the producer's exception when an encoder turns it into an error frame or event
-(the server logs it there, since the exception does not propagate)."""
+"""Called with the producer's exception when the framed or SSE encoder turns it into an error
+frame or event, since the exception itself then goes no further (the server logs it there)."""
 
 _ITEM: Final = FrameKind.ITEM.value
 _HEADER: Final = FrameKind.HEADER.value
@@ -497,7 +494,7 @@ async def encode_framed(
     *,
     chainlet: str = "",
     on_error: ErrorHook | None = None,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The framed form of an endpoint's stream (server side), one bytes per frame.
 
     The preamble goes out with the first frame, so a caller waiting for the first item gets
@@ -543,7 +540,7 @@ async def decode_framed(
     chunks: AsyncIterable[bytes] | Iterable[bytes],
     *,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-) -> AsyncIterator[Any]:
+) -> AsyncGenerator[Any, None]:
     """The caller's values from the framed form (stub side): str, bytes, SSE or T.
 
     Raises StreamInterrupted if the bytes stop before the end frame, RemoteError for the
@@ -553,8 +550,12 @@ async def decode_framed(
     """
     if shape.kind == "structured":
         # Plain bytes, so that run_local hands out what a remote stub would (no WriterChunk).
-        async for chunk in _aiter(chunks):
-            yield bytes(chunk)
+        source = _aiter(chunks)
+        try:
+            async for chunk in source:
+                yield bytes(chunk)
+        finally:
+            await _close(source)
         return
     reader = FrameReader(shape.wire, chunks, max_frame_size=max_frame_size)
     try:
@@ -582,7 +583,7 @@ async def encode_sse(
     *,
     chainlet: str = "",
     on_error: ErrorHook | None = None,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The ``text/event-stream`` form: items as ``data:`` events, the rest as named events.
 
     Items are unnamed (``message``) events: text as is (a multi-line str becomes several
@@ -663,7 +664,7 @@ async def encode_raw(
     *,
     chainlet: str = "",
     on_error: ErrorHook | None = None,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The raw form, for ``curl`` and plain HTTP clients; see :func:`raw_media_type`.
 
     Text goes out as UTF-8 and bytes as they are, typed items as NDJSON (one JSON value per
@@ -673,10 +674,13 @@ async def encode_raw(
     Raw has no in-band end or error: when the producer raises, this raises the same
     exception after yielding everything before it, so the server aborts the chunked response
     (no terminating chunk) and the client sees a broken transfer, not a complete body.
+    ``on_error`` is not called (the exception itself reaches the server); it is accepted so
+    that all encoders share one signature.
     """
     source = _aiter(source)
     if shape.kind == "structured":
-        structured = _Structured(shape, source, chainlet, on_error)
+        # No on_error here: raw re-raises the exception, and whoever catches it reports it.
+        structured = _Structured(shape, source, chainlet, None)
         async with aclosing(_frames_of(structured.chunks())) as frames:
             async for kind, payload in frames:
                 if kind == _ITEM:
@@ -692,7 +696,7 @@ async def encode_raw(
                     )
         return
     failure: list[Exception] = []
-    async with aclosing(_converted(source, _raw_converter(shape), chainlet, on_error, failure)) as values:
+    async with aclosing(_converted(source, _raw_converter(shape), chainlet, None, failure)) as values:
         async for tag, data in values:
             if tag == _ITEM:
                 if data:  # an empty chunk could read as the end of a chunked body
@@ -714,7 +718,7 @@ def _raw_converter(shape: StreamShape) -> Callable[[Any], bytes]:
 
 async def decode_raw(
     shape: StreamShape, chunks: AsyncIterable[bytes] | Iterable[bytes]
-) -> AsyncIterator[Any]:
+) -> AsyncGenerator[Any, None]:
     """A client's reading of the raw form: str pieces, bytes, SSE objects, or parsed items.
 
     Text is decoded incrementally, so a character split between chunks arrives whole (the
@@ -779,7 +783,7 @@ class StreamEncoder(Protocol):
         *,
         chainlet: str = "",
         on_error: ErrorHook | None = None,
-    ) -> AsyncIterator[bytes]: ...
+    ) -> AsyncGenerator[bytes, None]: ...
 
 
 class Negotiated(NamedTuple):

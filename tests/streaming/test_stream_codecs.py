@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import doctest
 import json
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import chains.stream_codecs
 from chains.errors import ChainsUsageError, RemoteError, StreamInterrupted
 from chains.framing import FrameDecoder, FrameKind, FrameTooLarge, encode_frame
 from chains.sse import SSE
@@ -94,6 +96,10 @@ def rechunk(data: bytes, cuts: list[int]) -> list[bytes]:
 
 def failing_generator_error() -> ValueError:
     return ValueError("the model ran out of tokens")
+
+
+def test_module_doctests() -> None:
+    assert doctest.testmod(chains.stream_codecs).failed == 0
 
 
 # -- shapes -----------------------------------------------------------------------------------
@@ -492,8 +498,13 @@ async def test_sse_structured_parts_are_named_events() -> None:
 
 
 async def test_sse_error_event_carries_the_json_detail() -> None:
-    events = await sse_events(TEXT, produce(["a"], fail=failing_generator_error()))
+    reported: list[BaseException] = []
+    body = await collect(
+        encode_sse(TEXT, produce(["a"], fail=failing_generator_error()), on_error=reported.append)
+    )
+    events = await collect(SSE.from_chunks(produce(body)))
     assert [e.event for e in events] == [None, "error"]
+    assert [type(exc) for exc in reported] == [ValueError]
     detail = json.loads(events[-1].data)
     assert detail["exc_type"] == "ValueError" and detail["message"] == "the model ran out of tokens"
 
@@ -534,10 +545,12 @@ async def test_raw_structured_is_tagged_ndjson() -> None:
 async def test_raw_raises_the_producers_error_after_what_came_before() -> None:
     error = failing_generator_error()
     got = []
+    reported: list[BaseException] = []
     with pytest.raises(ValueError) as caught:
-        async for chunk in encode_raw(TEXT, produce(["a", "b"], fail=error)):
+        async for chunk in encode_raw(TEXT, produce(["a", "b"], fail=error), on_error=reported.append):
             got.append(chunk)
     assert caught.value is error and got == [b"a", b"b"]
+    assert reported == []  # the exception itself reaches the server: nothing to report twice
 
     async def fails() -> AsyncIterator[bytes]:
         yield stream_writer(TOKENS).yield_item(Token(text="a"))

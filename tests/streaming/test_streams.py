@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import doctest
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import chains.streams
 from chains.errors import ChainsUsageError, ErrorDetail, RemoteError, StreamInterrupted
 from chains.framing import FrameKind, FrameTooLarge, StreamProtocolError, UnknownFrameKind, encode_frame
 from chains.streams import (
@@ -76,6 +78,10 @@ def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
         out.append(data[start:point])
         start = point
     return [*out, data[start:]]
+
+
+def test_module_doctests() -> None:
+    assert doctest.testmod(chains.streams).failed == 0
 
 
 # -- stream_types -----------------------------------------------------------------------------
