@@ -177,7 +177,7 @@ class RemoteError(ChainsRuntimeError):
     @classmethod
     def from_detail(cls, detail: ErrorDetail) -> RemoteError:
         """The exception to raise in the caller for ``detail``."""
-        error_cls = _remote_class(detail.exc_type) if detail.exc_module == "builtins" else RemoteError
+        error_cls = _remote_class(detail.exc_module, detail.exc_type)
         message = f"{detail.qualified_type}: {detail.message}\n{detail.render()}"
         error = error_cls.__new__(error_cls, message)
         RemoteError.__init__(error, message, detail)
@@ -196,8 +196,15 @@ def _rebuild_remote_error(detail: ErrorDetail | None, message: str) -> RemoteErr
 
 
 @cache
-def _remote_class(builtin_name: str) -> type[RemoteError]:
-    base = getattr(builtins, builtin_name, None)
+def _remote_class(module: str, name: str) -> type[RemoteError]:
+    """A RemoteError subclass that is also the original type: a builtin, or one of ours
+    (so ``except StreamInterrupted`` holds for a stream that broke two hops away)."""
+    if module == "builtins":
+        base = getattr(builtins, name, None)
+    elif module == __name__:
+        base = globals().get(name)
+    else:
+        return RemoteError
     if not (isinstance(base, type) and issubclass(base, Exception)) or issubclass(base, RemoteError):
         return RemoteError
     try:
@@ -207,7 +214,7 @@ def _remote_class(builtin_name: str) -> type[RemoteError]:
             "__str__": RemoteError.__str__,
             "__reduce__": RemoteError.__reduce__,
         }
-        return type(f"Remote{builtin_name}", (base, RemoteError), namespace)
+        return type(f"Remote{name}", (base, RemoteError), namespace)
     except TypeError:  # a builtin whose C layout cannot be mixed in
         return RemoteError
 

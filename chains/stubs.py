@@ -176,7 +176,9 @@ class StubBase:
             raise DeadlineExceeded(f"no time left to call {self.name}: the caller's deadline has passed")
         return budget
 
-    async def _with_retries(self, call: CallContext, attempt: Callable[[], Awaitable[Any]]) -> Any:
+    async def _with_retries(
+        self, call: CallContext, attempt: Callable[..., Awaitable[Any]], *args: Any
+    ) -> Any:
         retrying = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(self.options.retries + 1),
             wait=self._wait,
@@ -186,7 +188,7 @@ class StubBase:
             sleep=self._sleep_within(call),
         )
         try:
-            return await retrying(attempt)
+            return await retrying(attempt, *args)
         except _Retryable as exc:
             raise self._gave_up(exc) from None
 
@@ -248,7 +250,7 @@ class StubBase:
             self._metrics.dependency_started(self.name)
         try:
             async with self._slot():
-                result = await self._with_retries(call, lambda: self._attempt_unary(endpoint, body, call))
+                result = await self._with_retries(call, self._attempt_unary, endpoint, body, call)
             outcome = "ok"
             return result
         finally:
@@ -321,7 +323,7 @@ class StubBase:
         try:
             async with self._slot():
                 response: aiohttp.ClientResponse = await self._with_retries(
-                    call, lambda: self._open_stream(body, call)
+                    call, self._open_stream, body, call
                 )
                 try:
                     chunks = _chunks(response, self.name)

@@ -16,10 +16,10 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
-from typing import Any, cast
+from typing import Any
 
 import pydantic
 import pydantic_core
@@ -387,10 +387,7 @@ class ChainletApp:
                 }
             )
             source = _items(first, generator, deadline, self._deadline_error(call))
-            chunks = cast(
-                AsyncGenerator[bytes, None],
-                encoder(shape, source, chainlet=self.spec.name, on_error=_log_stream_error),
-            )
+            chunks = encoder(shape, source, chainlet=self.spec.name, on_error=_log_stream_error)
             try:
                 async with aclosing(chunks):
                     async for chunk in chunks:

@@ -102,21 +102,37 @@ def _stream_item_schema(endpoint: EndpointSpec, components: dict[str, Any]) -> d
 
 
 def example_arguments(endpoint: EndpointSpec) -> dict[str, Any]:
-    """Plausible arguments for a first call: defaults where given, else a value of the type."""
-    placeholders: dict[str, Any] = {
-        "string": "hello",
-        "integer": 1,
-        "number": 1.0,
-        "boolean": True,
-        "array": [],
-        "object": {},
-    }
+    """Plausible arguments for a first call: a value of each required parameter's type."""
     schema = endpoint.input_model.model_json_schema(by_alias=True)
-    example: dict[str, Any] = {}
-    for name in schema.get("required", []):
-        prop = schema["properties"].get(name, {})
-        example[name] = placeholders.get(prop.get("type", "string"), "hello")
-    return example
+    defs = schema.get("$defs", {})
+    return {
+        name: _example(schema["properties"].get(name, {}), defs, 0) for name in schema.get("required", [])
+    }
+
+
+def _example(schema: dict[str, Any], defs: dict[str, Any], depth: int) -> Any:
+    if depth > 8:
+        return None
+    if "$ref" in schema:
+        return _example(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), defs, depth + 1)
+    if "default" in schema:
+        return schema["default"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key):
+            return _example(schema[key][0], defs, depth + 1)
+    kind = schema.get("type", "string")
+    if kind == "array":
+        return [_example(schema.get("items", {}), defs, depth + 1)]
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return {
+            k: _example(properties[k], defs, depth + 1) for k in schema.get("required", []) if k in properties
+        }
+    return {"string": "hello", "integer": 1, "number": 1.0, "boolean": True, "null": None}.get(kind, "hello")
 
 
 def docs_page(spec: ChainletSpec) -> str:

@@ -27,7 +27,7 @@ from chains.targets.state import (
     read_state,
     write_private,
 )
-from chains.targets.supervisor import CONTROL_SOCKET
+from chains.targets.supervisor import control_socket_path
 
 __all__ = ["LocalTarget", "control", "stop_chain"]
 
@@ -257,7 +257,7 @@ def stop_chain(name: str, grace: float = 15.0) -> ChainState:
 
 def control(deploy_dir: Path, command: Mapping[str, object], timeout: float = 120.0) -> dict[str, object]:
     """Send one command to a deployment's supervisor and return its answer."""
-    path = deploy_dir / CONTROL_SOCKET
+    path = control_socket_path(deploy_dir)
     with closing(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)) as sock:
         sock.settimeout(timeout)
         try:

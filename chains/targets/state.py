@@ -9,7 +9,6 @@ Layout of one chain::
             deployment.json   what to run (with the chain token: readable by the owner only)
             state.json        what runs: pids, ports, URLs, restarts (written by the supervisor)
             generated/        the generated code of every chainlet
-            supervisor.sock   the supervisor's control socket
 """
 
 from __future__ import annotations

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +26,22 @@ from typing import Any
 
 from chains.targets.state import ChainletProcess, ChainState, Deployment, DeploymentChainlet, write_private
 
-__all__ = ["CONTROL_SOCKET", "Supervisor", "main"]
+__all__ = ["Supervisor", "control_socket_path", "main"]
 
-CONTROL_SOCKET = "supervisor.sock"
+
+def control_socket_path(deploy_dir: Path) -> Path:
+    """Where a deployment's supervisor listens for commands.
+
+    Not inside the deployment folder: a unix socket path is limited to about 100 bytes,
+    which a deep ``CHAINS_HOME`` exceeds. A private folder per user, named by a hash of
+    the deployment's path, keeps it short and owner-only.
+    """
+    runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()) / f"chains-{os.getuid()}"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    digest = hashlib.sha256(str(deploy_dir.resolve()).encode()).hexdigest()[:20]
+    return runtime / f"{digest}.sock"
+
+
 RESTART_WINDOW_SEC = 60.0
 MAX_RESTARTS_IN_WINDOW = 5
 _POLL_SEC = 0.05
@@ -294,7 +309,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
-        control_path = self.directory / CONTROL_SOCKET
+        control_path = control_socket_path(self.directory)
         control_path.unlink(missing_ok=True)
         server = await asyncio.start_unix_server(self._control, path=str(control_path))
         os.chmod(control_path, 0o600)

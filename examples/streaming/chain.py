@@ -6,7 +6,8 @@ item-only typed stream. `Entry` reads both and streams plain text to its caller.
 """
 
 import asyncio
-from typing import Annotated, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Annotated
 
 import pydantic
 

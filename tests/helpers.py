@@ -1,0 +1,142 @@
+"""Real processes for integration tests: generated chainlet servers on 127.0.0.1.
+
+Every wait here is bounded; every process is stopped by the fixture that started it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+import httpx
+
+from chains.loader import load_chain
+
+TOKEN = "test-token"
+
+
+def free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_chain(folder: Path, source: str, name: str = "chain.py") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def generate_chain(file: Path, out: Path, entrypoint: str | None = None) -> dict[str, Path]:
+    """Generate every chainlet of ``file``; the directory of each, by name."""
+    from codegen import generate
+
+    chain = load_chain(file, entrypoint)
+    result = generate(chain, file, out)
+    return {name: Path(c.directory) for name, c in result.chainlets.items()}
+
+
+class ServerProcess:
+    """One generated chainlet server, started as ``python server.py --port N``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        port: int | None = None,
+        entrypoint: bool = False,
+        dependencies: Mapping[str, list[str]] | None = None,
+        env: Mapping[str, str] | None = None,
+        log: Path | None = None,
+    ) -> None:
+        self.directory = directory
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log or directory / f"server-{self.port}.log"
+        self.env = dict(os.environ)
+        self.env.update(
+            {
+                "CHAINS_INTERNAL_TOKEN": TOKEN,
+                "CHAINS_IS_ENTRYPOINT": "1" if entrypoint else "0",
+                "CHAINS_DEPENDENCY_URLS": json.dumps(dict(dependencies or {})),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        self.env.update(env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServerProcess:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "server.py", "--port", str(self.port)],
+                cwd=self.directory,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return self
+
+    def wait_ready(self, timeout: float = 20.0) -> ServerProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"server exited with {self.process.returncode}:\n{self.logs()}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"server not ready after {timeout}s:\n{self.logs()}")
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM, wait for the exit (bounded), return the exit code."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+            raise AssertionError(
+                f"server did not exit within {timeout}s of SIGTERM:\n{self.logs()}"
+            ) from None
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(5)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+
+
+@contextmanager
+def running(*servers: ServerProcess) -> Iterator[tuple[ServerProcess, ...]]:
+    """Start ``servers`` together, wait until all are ready, and always stop them."""
+    try:
+        for server in servers:
+            server.start()
+        for server in servers:
+            server.wait_ready()
+        yield servers
+    finally:
+        for server in servers:
+            server.kill()

@@ -1,0 +1,319 @@
+"""Stubs between real chainlet processes: retries, deadlines, errors and cancellation across hops."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pydantic
+import pytest
+import uvicorn
+
+from chains.errors import RemoteError, StreamInterrupted
+from chains.stubs import StubBase, StubOptions
+from tests.helpers import TOKEN, ServerProcess, free_port, generate_chain, running, write_chain
+
+CHAIN = """
+import asyncio
+import os
+from pathlib import Path
+from typing import AsyncIterator
+
+import pydantic
+
+import chains
+
+
+class Item(pydantic.BaseModel):
+    i: int
+
+
+class Leaf(chains.ChainletBase):
+    async def run_remote(self, text: str, mode: str = "ok", delay: float = 0.0) -> str:
+        if mode == "fail":
+            raise ValueError(f"leaf refuses {text!r}")
+        await asyncio.sleep(delay)
+        return text[::-1]
+
+
+class Mid(chains.ChainletBase):
+    def __init__(self, leaf: Leaf = chains.depends(Leaf, retries=6, timeout_sec=5)) -> None:
+        self._leaf = leaf
+
+    async def run_remote(self, text: str, mode: str = "ok", delay: float = 0.0) -> str:
+        return await self._leaf.run_remote(text, mode, delay)
+
+
+@chains.mark_entrypoint
+class Top(chains.ChainletBase):
+    def __init__(self, mid: Mid = chains.depends(Mid, retries=6, timeout_sec=20)) -> None:
+        self._mid = mid
+
+    async def run_remote(self, text: str, mode: str = "ok", delay: float = 0.0) -> str:
+        return await self._mid.run_remote(text, mode, delay)
+
+
+class Producer(chains.ChainletBase):
+    async def run_remote(self, n: int, die_after: int = -1, delay: float = 0.0) -> AsyncIterator[Item]:
+        try:
+            for i in range(n):
+                if i == die_after:
+                    os._exit(1)  # the process dies mid-stream
+                yield Item(i=i)
+                await asyncio.sleep(delay)
+        except BaseException as exc:
+            marker = os.environ.get("PRODUCER_MARKER")
+            if marker:
+                Path(marker).write_text(type(exc).__name__)
+            raise
+
+
+class Relay(chains.ChainletBase):
+    def __init__(self, producer: Producer = chains.depends(Producer)) -> None:
+        self._producer = producer
+
+    async def run_remote(self, n: int, die_after: int = -1, delay: float = 0.0) -> AsyncIterator[Item]:
+        async for item in self._producer.run_remote(n, die_after, delay):
+            yield item
+
+
+class Front(chains.ChainletBase):
+    def __init__(self, relay: Relay = chains.depends(Relay)) -> None:
+        self._relay = relay
+
+    async def run_remote(self, n: int, die_after: int = -1, delay: float = 0.0) -> AsyncIterator[Item]:
+        async for item in self._relay.run_remote(n, die_after, delay):
+            yield item
+"""
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("stubs")
+    file = write_chain(folder / "src", CHAIN)
+    dirs = generate_chain(file, folder / "out" / "top", entrypoint="Top")
+    dirs.update(generate_chain(file, folder / "out" / "front", entrypoint="Front"))
+    return dirs
+
+
+def wired(generated: dict[str, Path], *names: str, env: dict[str, str] | None = None) -> list[ServerProcess]:
+    """Servers for ``names`` (callee first), each pointed at the next one's port."""
+    servers: list[ServerProcess] = []
+    for index, name in enumerate(names):
+        deps = {names[index - 1]: [servers[-1].url]} if index else {}
+        servers.append(
+            ServerProcess(generated[name], entrypoint=index == len(names) - 1, dependencies=deps, env=env)
+        )
+    return servers
+
+
+def call(server: ServerProcess, body: dict[str, object], timeout: float = 30) -> httpx.Response:
+    return httpx.post(server.url + "/run_remote", json=body, headers=server.headers, timeout=timeout)
+
+
+def test_value_error_three_hops_deep_keeps_its_type_and_every_hop(generated: dict[str, Path]) -> None:
+    with running(*wired(generated, "Leaf", "Mid", "Top")) as (_, _, top):
+        response = call(top, {"text": "abc", "mode": "fail"})
+        assert response.status_code == 500
+        detail = response.json()["error"]
+        assert detail["exc_type"] == "ValueError" and detail["exc_module"] == "builtins"
+        assert [hop["chainlet"] for hop in _hops(detail)] == ["Top", "Mid", "Leaf"]
+
+        class TopStub(StubBase):
+            async def run_remote(self, text: str, mode: str = "ok", delay: float = 0.0) -> str:
+                return await self.call_remote(text=text, mode=mode, delay=delay)  # type: ignore[no-any-return]
+
+        async def through_a_stub() -> None:
+            stub = TopStub(top.url)
+            with pytest.raises(ValueError, match="leaf refuses 'abc'") as info:
+                await stub.run_remote("abc", mode="fail")
+            message = str(info.value)
+            assert (
+                message.index("in chainlet Top")
+                < message.index("in chainlet Mid")
+                < message.index("in chainlet Leaf")
+            )
+            assert message.count("run_remote") >= 3
+            await stub.aclose()
+
+        asyncio.run(through_a_stub())
+        assert call(top, {"text": "abc"}).json() == "cba"
+
+
+def _hops(detail: dict[str, object]) -> list[dict[str, object]]:
+    hops = []
+    current: object = detail
+    while isinstance(current, dict):
+        hops.append(current)
+        current = current.get("cause")
+    return hops
+
+
+def test_dependency_down_at_first_comes_up_during_the_retries(generated: dict[str, Path]) -> None:
+    leaf, mid = wired(generated, "Leaf", "Mid")
+    result: list[httpx.Response] = []
+    with running(mid.__class__(generated["Mid"], entrypoint=True, dependencies={"Leaf": [leaf.url]})) as (
+        front,
+    ):
+        caller = threading.Thread(target=lambda: result.append(call(front, {"text": "late"})))
+        caller.start()
+        time.sleep(0.5)  # the first attempts find nothing listening
+        leaf.start()
+        try:
+            caller.join(20)
+            assert result and result[0].status_code == 200 and result[0].json() == "etal"
+            retries = _metric(front, 'chains_dependency_retries_total{chainlet="Mid",dependency="Leaf"}')
+            assert retries >= 1
+        finally:
+            leaf.kill()
+
+
+def _metric(server: ServerProcess, name: str) -> float:
+    for line in httpx.get(server.url + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+class _FlakyService:
+    """A real HTTP service that answers 503 twice, then like a chainlet would."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def __call__(self, scope: dict[str, object], receive: object, send: object) -> None:
+        if scope["type"] != "http":
+            return
+        self.requests += 1
+        status, body = (503, b'{"detail":"busy"}') if self.requests <= 2 else (200, b'"from flaky"')
+        headers = [(b"content-type", b"application/json"), (b"retry-after", b"0")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": body})  # type: ignore[operator]
+
+
+@pytest.fixture
+def flaky() -> Iterator[tuple[_FlakyService, str]]:
+    service = _FlakyService()
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(service, host="127.0.0.1", port=port, log_level="error", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield service, f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_503_twice_then_success_after_two_retries(
+    generated: dict[str, Path], flaky: tuple[_FlakyService, str]
+) -> None:
+    service, url = flaky
+    with running(ServerProcess(generated["Mid"], entrypoint=True, dependencies={"Leaf": [url]})) as (mid,):
+        response = call(mid, {"text": "x"})
+        assert response.status_code == 200 and response.json() == "from flaky"
+        assert service.requests == 3
+        assert _metric(mid, 'chains_dependency_retries_total{chainlet="Mid",dependency="Leaf"}') == 2
+        assert (
+            _metric(mid, 'chains_dependency_calls_total{chainlet="Mid",dependency="Leaf",outcome="ok"}') == 1
+        )
+
+
+def test_slow_dependency_against_the_callers_deadline(generated: dict[str, Path]) -> None:
+    with running(*wired(generated, "Leaf", "Mid", "Top")) as (leaf, _, top):
+        started = time.monotonic()
+        response = httpx.post(
+            top.url + "/run_remote",
+            json={"text": "slow", "delay": 10},
+            headers={**top.headers, "x-chains-timeout": "1.0"},
+            timeout=30,
+        )
+        elapsed = time.monotonic() - started
+        assert response.status_code in (500, 504) and elapsed < 4
+        assert "Deadline" in response.json()["error"]["exc_type"] or "deadline" in response.text
+        # The leaf stopped working too: nothing is left in flight there.
+        time.sleep(0.5)
+        assert _metric(leaf, 'chains_in_flight{chainlet="Leaf"}') == 0
+
+
+def test_client_disconnect_cancels_the_producer_three_hops_away(
+    generated: dict[str, Path], tmp_path: Path
+) -> None:
+    marker = tmp_path / "cancelled"
+    servers = wired(generated, "Producer", "Relay", "Front", env={"PRODUCER_MARKER": str(marker)})
+    with running(*servers) as (producer, _, front):
+        with httpx.stream(
+            "POST",
+            front.url + "/run_remote",
+            json={"n": 1000, "delay": 0.05},
+            headers=front.headers,
+            timeout=10,
+        ) as response:
+            lines = response.iter_lines()
+            assert json.loads(next(lines)) == {"i": 0}
+        # The client is gone: the cancellation travels Front -> Relay -> Producer.
+        deadline = time.monotonic() + 3
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), producer.logs()[-2000:]
+        assert marker.read_text() in ("CancelledError", "GeneratorExit")
+        assert _metric(producer, 'chains_in_flight{chainlet="Producer"}') == 0
+
+
+def test_producer_dying_after_three_items_interrupts_the_stream(generated: dict[str, Path]) -> None:
+    servers = wired(generated, "Producer", "Relay")
+    with running(*servers) as (_, relay):
+
+        async def consume(url: str) -> tuple[list[int], StreamInterrupted]:
+            stub = ItemStream(url, options=StubOptions(retries=0), token=TOKEN)
+            seen: list[int] = []
+            with pytest.raises(StreamInterrupted) as info:
+                async for item in stub.run_remote(n=10, die_after=3):
+                    seen.append(item.i)
+            await stub.aclose()
+            return seen, info.value
+
+        # Relay read the broken stream: it fails with StreamInterrupted, which reaches us as
+        # a RemoteError that is still a StreamInterrupted.
+        seen, error = asyncio.run(consume(relay.url))
+        assert seen == [0, 1, 2]
+        assert (
+            isinstance(error, RemoteError) and error.detail is not None and error.detail.chainlet == "Relay"
+        )
+
+
+def test_a_direct_consumer_of_a_dying_producer_gets_stream_interrupted(generated: dict[str, Path]) -> None:
+    with running(ServerProcess(generated["Producer"])) as (producer,):
+
+        async def consume() -> list[int]:
+            stub = ItemStream(producer.url, options=StubOptions(retries=0), token=TOKEN)
+            seen: list[int] = []
+            with pytest.raises(StreamInterrupted) as info:
+                async for item in stub.run_remote(n=10, die_after=3):
+                    seen.append(item.i)
+            assert not isinstance(info.value, RemoteError)
+            await stub.aclose()
+            return seen
+
+        assert asyncio.run(consume()) == [0, 1, 2]
+
+
+class Item(pydantic.BaseModel):
+    """The same schema as the chain's Item, so the stream's fingerprint matches."""
+
+    i: int
+
+
+class ItemStream(StubBase):
+    """A hand-written stub for Producer/Relay/Front, which share a signature."""
+
+    def run_remote(self, n: int, die_after: int = -1, delay: float = 0.0) -> AsyncIterator[Item]:
+        return self.stream_remote(n=n, die_after=die_after, delay=delay)
