@@ -26,17 +26,9 @@ unit: setup
 test: lint typecheck unit
 
 # Push the streaming example as local processes, call it (the text streams in as it is
-# generated), and stop it again, whatever happened in between.
-DEMO_ARGS := '{"prompt": "chains streams every token as soon as it is made", "max_tokens": 9}'
+# generated), and stop it again.
 demo: setup
-	@trap '$(BIN)/chains stop streaming >/dev/null 2>&1' EXIT; \
-	set -e; \
-	echo '$$ chains push examples/streaming/chain.py'; \
-	$(BIN)/chains push examples/streaming/chain.py; \
-	echo; echo "$$ chains call streaming --json $(DEMO_ARGS)"; \
-	$(BIN)/chains call streaming --json $(DEMO_ARGS); \
-	echo; echo '$$ chains stop streaming'; \
-	$(BIN)/chains stop streaming
+	CHAINS=$(BIN)/chains examples/streaming/demo.sh
 
 clean:
 	rm -rf $(VENV) .chains .mypy_cache .pytest_cache .ruff_cache
