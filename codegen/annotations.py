@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import Any
 
 from chains.errors import ChainsUsageError
+from chains.streams import StreamTypes
 from codegen.imports import Imports
 from codegen.pysource import bracketed, expression
 
@@ -206,7 +207,9 @@ class _Resolver:
         except Exception as exc:
             actual = {"<error>": exc}
         for name, text in texts.items():
-            if actual.get(name) != expected.get(name):
+            # Metadata such as pydantic.Field(gt=0) is rebuilt, not shared, and compares by
+            # identity: an identical repr is the same value.
+            if actual.get(name) != expected.get(name) and repr(actual.get(name)) != repr(expected.get(name)):
                 where = "the return annotation" if name == "return" else f"the annotation of `{name}`"
                 raise ChainsUsageError(
                     f"chainlet {self.chainlet}: {where} of run_remote ({text}) means "
@@ -368,15 +371,9 @@ class _TypeRewriter(_NameRewriter):
         return node if parsed is node else self.visit(parsed)
 
     def visit_Call(self, node: ast.Call) -> ast.expr:
-        hint = (
-            "; bind the StreamTypes to a module-level name (TOKENS = chains.stream_types(...)) and "
-            "annotate with that name"
-            if "stream_types" in ast.unparse(node.func)
-            else "; bind the value to a module-level name and use that name"
-        )
         raise ChainsUsageError(
-            f"chainlet {self.resolver.chainlet}: {self.what} of run_remote calls "
-            f"`{ast.unparse(node)}`: stubs can import names, not re-run calls{hint}"
+            f"chainlet {self.resolver.chainlet}: {self.what} of run_remote calls `{ast.unparse(node)}`, "
+            "and a type is written with names, not calls; bind it to a module-level name and use that"
         )
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.expr:
@@ -389,6 +386,9 @@ class _TypeRewriter(_NameRewriter):
             return node
         if id(origin) in _ANNOTATED and isinstance(node.slice, ast.Tuple) and node.slice.elts:
             first, *metadata = node.slice.elts
+            for item in metadata:
+                self._refuse_inline_stream_types(item)
+            # Metadata is values, not types: `Field(gt=0)` may be called, strings stay strings.
             plain = _NameRewriter(self.resolver, self.what)
             node.slice.elts = [self.visit(first), *(plain.visit(m) for m in metadata)]
             node.value = value
@@ -396,6 +396,19 @@ class _TypeRewriter(_NameRewriter):
         node.value = value
         node.slice = self.visit(node.slice)
         return node
+
+    def _refuse_inline_stream_types(self, node: ast.expr) -> None:
+        # Producer and consumer must share one StreamTypes object: the consumer reads the
+        # stream with it, so it has to be importable by name.
+        if any(isinstance(n, ast.Call) for n in ast.walk(node)) and isinstance(
+            _evaluate(node, self.resolver), StreamTypes
+        ):
+            raise ChainsUsageError(
+                f"chainlet {self.resolver.chainlet}: {self.what} of run_remote builds its StreamTypes "
+                f"in place (`{ast.unparse(node)}`); bind it to a module-level name, "
+                "e.g. TOKENS = chains.stream_types(...), and annotate with "
+                "Annotated[AsyncIterator[bytes], TOKENS] so callers can read the stream with it too"
+            )
 
 
 def _evaluate(node: ast.expr, resolver: _Resolver) -> Any:
