@@ -214,3 +214,14 @@ def test_out_dir_inside_the_chain_folder_is_not_copied_into_src(tmp_path: Path) 
     assert sorted(src) == ["chain.py"]
     with pytest.raises(ChainsUsageError, match="holds the chain's own folder"):
         generate_in(folder, folder / "chain.py", ".")
+
+
+def test_a_chain_file_named_like_a_server_name_is_imported_under_an_alias(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    shutil.copy(EXAMPLES["hello"], folder / "main.py")
+    out = generate_in(tmp_path, folder / "main.py")
+    server = (out.chainlets["Hello"].directory / "server.py").read_text()
+    assert "import main as main_module  # noqa: E402\n" in server
+    assert "    main_module.Hello,\n" in server
+    assert "\n    main(app)\n" in server

@@ -180,3 +180,15 @@ def test_types_come_from_the_module_that_defines_them(generated: dict[str, Gener
     # The user's alias `P` is written as the class's own name.
     assert "        corner: Point = Point(x=ORIGIN_X, y=1.5),\n" in painter
     assert "class PainterV2Stub(StubBase):" in painter
+    echo = _stub_text(generated, "neighbour", "Start", "echo")
+    assert "from codegen_neighbour_types import Point\n" in echo
+    assert "``codegen_neighbour_chainlets.Echo.run_remote``" in echo
+
+
+def test_a_chainlet_from_a_neighbouring_module_is_served_from_there(
+    generated: dict[str, GeneratedChain],
+) -> None:
+    directory = generated["neighbour"].chainlets["Echo"].directory
+    server = (directory / "server.py").read_text()
+    assert "import codegen_neighbour_chainlets  # noqa: E402\n" in server
+    assert "app = create_app(codegen_neighbour_chainlets.Echo)\n" in server

@@ -1,10 +1,11 @@
-"""Types from a neighbouring module: imported by name, under an alias, and through the module."""
+"""Types from a neighbouring module (by name, under an alias, via the module); a chainlet from another."""
 
 import datetime as dt
 import typing
 from collections.abc import AsyncIterator
 
 import codegen_neighbour_types as types_module
+from codegen_neighbour_chainlets import Echo
 from codegen_neighbour_types import ORIGIN_X, Color
 from codegen_neighbour_types import Point as P
 
@@ -43,8 +44,9 @@ class Start(chains.ChainletBase):
         self,
         painter: Painter = chains.depends(Painter),
         walker: Walker = chains.depends(Walker, timeout_sec=5),
+        echo: Echo = chains.depends(Echo),
     ) -> None:
-        self._painter, self._walker = painter, walker
+        self._painter, self._walker, self._echo = painter, walker, echo
 
     async def run_remote(self, x: float) -> list[P]:
         return await self._painter.run_remote(types_module.Box(corner=P(x=x, y=x)))
