@@ -3,12 +3,12 @@
 Each ``out_dir/<Chainlet>/`` holds ``server.py`` (``python server.py --port N``), the stubs of
 its dependencies in ``chains_stubs/``, ``chainlet.json``, ``requirements.txt``, a
 ``Dockerfile``, the ``ruff.toml`` the generated code is checked with, and the chain's folder
-copied to ``src/``. The same input always gives the same bytes.
+copied to ``src/``. The same input always gives the same bytes; ``codegen.versions`` says
+what a chainlet's ``code_version`` covers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import keyword
 import shutil
@@ -27,6 +27,7 @@ from codegen.imports import Imports
 from codegen.layout import STUBS_PACKAGE, header, stub_class_name, stub_module_name
 from codegen.pysource import bracketed
 from codegen.stubgen import StubModule, render_stub
+from codegen.versions import code_version, file_digest
 
 __all__ = ["DEFAULT_BASE_IMAGE", "GeneratedChain", "GeneratedChainlet", "generate"]
 
@@ -180,18 +181,11 @@ class _SourceTree:
 
     def __init__(self, files: list[tuple[str, Path]]) -> None:
         self.files = files
-        self.digests = [(rel, _file_digest(path)) for rel, path in files]
+        self.paths = dict(files)
+        self.digests = {rel: file_digest(path) for rel, path in files}
         # What `import x` finds in src/: its modules and packages, for sorting imports.
         names = {rel.split("/", 1)[0] if "/" in rel else rel.removesuffix(".py") for rel, _ in files}
         self.top_level = {name for name in names if name.isidentifier()}
-
-
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -232,16 +226,16 @@ def _render_chainlet(
             header=head, first_party=sorted(used_first_party)
         ),
     }
-    code_version = _code_version(files, head, src)
+    version = code_version(chain, spec, files, head, src.paths, src.digests)
     descriptor = chainlet_descriptor(
         chain,
         spec,
-        code_version=code_version,
+        code_version=version,
         module=source.import_name(spec.cls.__module__),
         chain_file=chain_file,
     )
     files[DESCRIPTOR] = descriptor_text(descriptor)
-    return _Rendered(files, code_version)
+    return _Rendered(files, version)
 
 
 def _render_stubs(
@@ -353,21 +347,6 @@ def _render_requirements(env: jinja2.Environment, spec: ChainletSpec, source: _C
     return env.get_template("requirements.txt.jinja").render(
         header=head, name=spec.name, requirements=requirements, requirements_file=shown_file
     )
-
-
-def _code_version(files: Mapping[str, str], head: str, src: _SourceTree) -> str:
-    """A digest of what runs: the generated files and the copied source.
-
-    Each generated file counts without its header comment, which records where the code
-    was generated from and to, not what it does: generating the same chain into another
-    directory gives the same version.
-    """
-    entries = [
-        (rel, hashlib.sha256(text.removeprefix(head).encode()).hexdigest()) for rel, text in files.items()
-    ]
-    entries += [(f"src/{rel}", digest) for rel, digest in src.digests]
-    listing = "".join(f"{digest}  {rel}\n" for rel, digest in sorted(entries))  # as sha256sum prints it
-    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 def _replace_directory(directory: Path, rendered: _Rendered, src: _SourceTree) -> None:

@@ -19,6 +19,7 @@ CHAINS_DIR = Path(__file__).resolve().parent / "chains"
 
 EXAMPLES = {
     "hello": REPO / "examples" / "hello" / "chain.py",
+    "streaming": REPO / "examples" / "streaming" / "chain.py",
     "streams": CHAINS_DIR / "streams" / "chain.py",
     "future": CHAINS_DIR / "future" / "chain.py",
     "neighbour": CHAINS_DIR / "neighbour" / "chain.py",

@@ -225,3 +225,26 @@ def test_a_chain_file_named_like_a_server_name_is_imported_under_an_alias(tmp_pa
     assert "import main as main_module  # noqa: E402\n" in server
     assert "    main_module.Hello,\n" in server
     assert "\n    main(app)\n" in server
+
+
+def test_code_version_changes_only_for_the_chainlet_whose_code_changed(tmp_path: Path) -> None:
+    folder = _project(tmp_path)
+    chain_file = folder / "chain.py"
+    original = chain_file.read_text()
+
+    def versions(text: str) -> dict[str, str]:
+        chain_file.write_text(text)
+        return {n: c.code_version for n, c in generate_in(tmp_path, chain_file).chainlets.items()}
+
+    before = versions(original)
+    greeter_body = versions(
+        original.replace('f"Hello, {name}{punctuation}"', 'f"Howdy, {name}{punctuation}"')
+    )
+    assert greeter_body["Greeter"] != before["Greeter"] and greeter_body["Hello"] == before["Hello"]
+    hello_body = versions(original.replace("return list(await", "return list(  await"))
+    assert hello_body["Hello"] != before["Hello"] and hello_body["Greeter"] == before["Greeter"]
+    # A signature is part of the caller's stub; module-level code runs in every process.
+    signature = versions(original.replace('punctuation: str = "!"', 'punctuation: str = "?"'))
+    assert signature["Greeter"] != before["Greeter"] and signature["Hello"] != before["Hello"]
+    module_level = versions(original + "\nLIMIT = 3\n")
+    assert all(module_level[n] != before[n] for n in before)
