@@ -15,7 +15,7 @@ Send = Callable[[Message], Awaitable[None]]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def read_body(receive: Receive) -> bytes:
     chunks: list[bytes] = []
     while True:
         message = await receive()
@@ -34,7 +34,7 @@ async def _send(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
+async def lifespan(receive: Receive, send: Send) -> None:
     # Answering lifespan keeps uvicorn from logging that the protocol is unsupported on every start.
     while True:
         message = await receive()
@@ -47,7 +47,7 @@ async def _lifespan(receive: Receive, send: Send) -> None:
 
 async def app(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "lifespan":
-        await _lifespan(receive, send)
+        await lifespan(receive, send)
         return
     if scope["type"] != "http":
         return
@@ -58,7 +58,7 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await _send(send, 405, b'{"detail":"Method Not Allowed"}')
         return
     try:
-        parsed = GenerateRequest.model_validate_json(await _read_body(receive))
+        parsed = GenerateRequest.model_validate_json(await read_body(receive))
     except ValidationError as exc:
         await _send(send, 422, exc.json().encode())
         return
