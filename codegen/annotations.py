@@ -9,14 +9,15 @@ runtime objects. Each name those expressions use is imported where it really liv
   shortest parent package that exposes the same object (``from pydantic import BaseModel``);
   a class defined in the chain file comes from the chain file's module (its stem);
 * any other module-level value (a ``StreamTypes`` such as ``TOKENS``, a constant) ->
-  ``from <module of run_remote> import NAME``.
+  ``from <module> import NAME``, where the module is the one of ``run_remote``, or the one
+  its ``from x import NAME`` line took it from (``mypy --strict`` refuses implicit re-exports).
 
 Every expression is evaluated again against those imports and compared with the hint or
 default Python holds, so a stub never silently disagrees with the chainlet it calls.
 
->>> import chains                                        # doctest: +SKIP
->>> sig = signature_source(Greeter.run_remote, "Greeter", lambda m: "chain")   # doctest: +SKIP
->>> sig.def_lines(is_async=True, indent="    ")           # doctest: +SKIP
+>>> imports = Imports()
+>>> sig = signature_source(Greeter.run_remote, "Greeter", lambda m: "chain", imports)  # doctest: +SKIP
+>>> sig.def_lines(is_async=True, indent="    ")                                       # doctest: +SKIP
 ['    async def run_remote(self, name: str, punctuation: str = "!") -> str:']
 """
 
@@ -27,7 +28,6 @@ import builtins
 import importlib.util
 import inspect
 import sys
-import textwrap
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,17 +143,26 @@ def signature_source(
 
 
 def _function_node(func: Any, chainlet: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    # The whole file is parsed, not just the method's lines: a method whose body holds an
+    # unindented multi-line string cannot be dedented and parsed on its own.
+    target = inspect.unwrap(func)
     try:
-        source = textwrap.dedent(inspect.getsource(func))
-    except (OSError, TypeError) as exc:
+        lines, _ = inspect.findsource(target)
+        tree = ast.parse("".join(lines))
+    except (OSError, TypeError, SyntaxError) as exc:
         raise ChainsUsageError(
             f"chainlet {chainlet}: cannot read the source of run_remote ({exc}); stubs are generated "
             "from the source file, so define the chainlet in a .py file"
         ) from None
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == func.__name__:
+    first_line = target.__code__.co_firstlineno
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.name == target.__name__
+            and min([node.lineno, *(d.lineno for d in node.decorator_list)]) == first_line
+        ):
             return node
-    raise ChainsUsageError(f"chainlet {chainlet}: no `def {func.__name__}` in the source of run_remote")
+    raise ChainsUsageError(f"chainlet {chainlet}: no `def {target.__name__}` in the source of run_remote")
 
 
 class _Resolver:
@@ -244,16 +253,15 @@ class _Resolver:
             return name
         if name not in self.globals:  # a builtin constant such as Ellipsis
             return self._claim(name, obj, what)
-        location = _location(obj) or _imported_from(self.func.__module__, name, obj)
-        module, qualname = location
+        defining_module, qualname = _location(obj) or _imported_from(self.func.__module__, name, obj)
         first, dot, rest = qualname.partition(".")
-        if module == "builtins":
-            return self._claim(first, obj if not dot else getattr(builtins, first), what) + dot + rest
-        module = self.import_name(module)
-        target = getattr(sys.modules.get(location[0]), first, None)
+        if defining_module == "builtins":
+            return self._claim(first, getattr(builtins, first), what) + dot + rest
+        target = getattr(sys.modules.get(defining_module), first, None)
+        # The object's own name reads best; the user's alias only if that name is taken.
         binding = first if self._free(first, target) else name
         self._claim(binding, target, what)
-        self.imports.add_from(module, first, binding)
+        self.imports.add_from(self.import_name(defining_module), first, binding)
         return binding + dot + rest
 
     def _free(self, name: str, obj: Any) -> bool:

@@ -13,7 +13,7 @@ import pytest
 from chains.checks import chainlet_spec
 from codegen import GeneratedChain
 from codegen.layout import stub_class_name, stub_module_name
-from tests.codegen.conftest import EXAMPLES, descriptor, imports_from
+from tests.codegen.conftest import EXAMPLES, descriptor, generate_in, imports_from
 
 
 def _parameters(func: Any) -> list[tuple[str, inspect._ParameterKind, Any]]:
@@ -192,3 +192,31 @@ def test_a_chainlet_from_a_neighbouring_module_is_served_from_there(
     server = (directory / "server.py").read_text()
     assert "import codegen_neighbour_chainlets  # noqa: E402\n" in server
     assert "app = create_app(codegen_neighbour_chainlets.Echo)\n" in server
+
+
+def test_source_read_from_the_whole_file(tmp_path: Path) -> None:
+    # A body with an unindented multi-line string cannot be dedented and parsed alone.
+    source = '''import chains
+
+
+class Dep(chains.ChainletBase):
+    async def run_remote(self, count: "int" = 1) -> str:
+        return """
+not indented
+""" * count
+
+
+@chains.mark_entrypoint
+class Entry(chains.ChainletBase):
+    def __init__(self, dep: Dep = chains.depends(Dep)) -> None:
+        self._dep = dep
+
+    async def run_remote(self) -> str:
+        return await self._dep.run_remote()
+'''
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "chain.py").write_text(source)
+    result = generate_in(tmp_path, folder / "chain.py")
+    stub = (result.chainlets["Entry"].directory / "chains_stubs" / "dep.py").read_text()
+    assert "    async def run_remote(self, count: int = 1) -> str:\n" in stub
