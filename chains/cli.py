@@ -7,7 +7,7 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -16,6 +16,7 @@ import click
 from chains.checks import Chain
 from chains.errors import ChainsError, ChainsUsageError
 from chains.loader import load_chain
+from chains.targets import TARGETS
 
 __all__ = ["main"]
 
@@ -112,11 +113,15 @@ def _secret_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
 @click.option("--name", metavar="NAME", help="The chain's name (default: from mark_entrypoint or the class).")
-@click.option("--target", type=click.Choice(["local"]), default="local", show_default=True)
+@click.option("--target", type=click.Choice(list(TARGETS)), default="local", show_default=True)
 @click.option("--port", type=int, help="The entrypoint's port on 127.0.0.1 (default: any free one).")
 @click.option("--secret", "secret_pairs", multiple=True, metavar="KEY=VALUE", help="A secret; repeatable.")
 @click.option("--secrets-file", type=click.Path(dir_okay=False), help="Secrets in dotenv format.")
 @click.option("--dry-run", is_flag=True, help="Check and generate, start nothing.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Where --dry-run writes.")
+@click.option("--base-image", envvar="CHAINS_BASE_IMAGE", help="docker: the base image of every chainlet.")
+@click.option("--registry", metavar="PREFIX", help="kubernetes: where the images are pushed.")
+@click.option("--apply", is_flag=True, help="kubernetes: apply the manifests with kubectl.")
 @click.option("--watch", is_flag=True, help="Stay in the foreground and redeploy on source changes.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for readiness.")
@@ -129,21 +134,45 @@ def push(
     secret_pairs: tuple[str, ...],
     secrets_file: str | None,
     dry_run: bool,
+    out_dir: str | None,
+    base_image: str | None,
+    registry: str | None,
+    apply: bool,
     watch: bool,
     as_json: bool,
     timeout: float,
 ) -> None:
     """Check, generate and start the chain in FILE; print its URL and a curl line."""
     from chains.deploy import collect_secrets, push_chain
+    from chains.targets import PushOptions, export_target, kind_of
     from chains.targets.state import chain_dir
 
     chain = _guarded(lambda: load_chain(file, entrypoint, name))
-    secrets = _secret_pairs(secret_pairs)
+    kind = _guarded(lambda: kind_of(target))
+    given = _secret_pairs(secret_pairs)
+    secrets = _guarded(lambda: collect_secrets(chain, given, secrets_file)) if kind == "running" else given
+    options = PushOptions(
+        secrets=secrets,
+        entry_port=port,
+        timeout=timeout,
+        base_image=base_image,
+        registry=registry,
+        out_dir=Path(out_dir) if out_dir else None,
+        apply=apply,
+    )
+    if kind == "export":
+        if not (dry_run or apply) or out_dir is None:
+            _fail(f"error: target {target!r} writes files for another system: add --dry-run --out DIR")
+        written = _guarded(lambda: export_target(target).export(chain, Path(file), options))
+        if as_json:
+            click.echo(json.dumps({"name": chain.name, "target": target, "files": [str(p) for p in written]}))
+        else:
+            click.echo(f"wrote {len(written)} file(s) for target {target!r} into {out_dir}")
+        return
     if dry_run:
         from codegen import generate as run_generator
 
-        _guarded(lambda: collect_secrets(chain, secrets, secrets_file))
-        out = chain_dir(chain.name) / "dry-run"
+        out = Path(out_dir) if out_dir else chain_dir(chain.name) / "dry-run"
         result = _guarded(lambda: run_generator(chain, Path(file), out))
         if as_json:
             dirs = {n: str(c.directory) for n, c in result.chainlets.items()}
@@ -151,28 +180,15 @@ def push(
         else:
             click.echo(f"dry run: generated chain {chain.name!r} into {out} (nothing started)")
         return
-    handle = _guarded(
-        lambda: push_chain(
-            chain,
-            Path(file),
-            target=target,
-            secrets=secrets,
-            secrets_file=secrets_file,
-            entry_port=port,
-            timeout=timeout,
-        )
-    )
+    handle = _guarded(lambda: push_chain(chain, Path(file), target, options))
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "name": handle.name,
-                    "target": handle.target,
-                    "entrypoint_url": handle.entrypoint_url,
-                    "chainlets": handle.chainlets,
-                }
-            )
-        )
+        payload = {
+            "name": handle.name,
+            "target": handle.target,
+            "entrypoint_url": handle.entrypoint_url,
+            "chainlets": handle.chainlets,
+        }
+        click.echo(json.dumps(payload))
     else:
         click.echo(_push_table(chain, handle.state))
     if watch:
@@ -256,7 +272,8 @@ def status(name: str | None, as_json: bool) -> None:
         )
     rows = [("CHAINLET", "URL", "PID", "STATE", "RESTARTS", "UPTIME")]
     for p in state.processes:
-        alive = p.pid is not None and pid_alive(p.pid)
+        # Other targets report their processes' health in the state itself.
+        alive = p.pid is not None and pid_alive(p.pid) if state.target == "local" else p.state == "ready"
         shown = p.state if alive or p.state in ("failed", "stopped", "restarting") else "gone"
         rows.append(
             (
@@ -274,27 +291,6 @@ def status(name: str | None, as_json: bool) -> None:
         click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
-def _follow(paths: list[Path], lines: int) -> Iterator[str]:
-    handles = []
-    for path in paths:
-        handle = open(path, errors="replace")  # noqa: SIM115 - kept open while following
-        text = handle.read()
-        for line in text.splitlines()[-lines:]:
-            yield f"{path.stem} | {line}" if len(paths) > 1 else line
-        handles.append((path, handle))
-    while True:
-        quiet = True
-        for path, handle in handles:
-            line = handle.readline()
-            while line:
-                quiet = False
-                text = line.rstrip("\n")
-                yield f"{path.stem} | {text}" if len(paths) > 1 else text
-                line = handle.readline()
-        if quiet:
-            time.sleep(0.2)
-
-
 @main.command()
 @click.argument("name")
 @click.argument("chainlet", required=False)
@@ -302,30 +298,23 @@ def _follow(paths: list[Path], lines: int) -> Iterator[str]:
 @click.option("-n", "--lines", type=int, default=100, show_default=True, help="Lines to show per log.")
 def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
     """Print the logs of a chain's chainlets (all, or one)."""
-    from chains.targets.state import chain_dir, iter_logs, read_state
+    from chains.targets import running_target
+    from chains.targets.state import read_state
 
     state = _guarded(lambda: read_state(name))
-    paths = list(iter_logs(name))
-    if chainlet is not None:
-        if chainlet not in state.chainlet_names():
-            _fail(
-                f"error: chain {name!r} has no chainlet {chainlet!r}; "
-                f"it has: {', '.join(state.chainlet_names())}"
-            )
-        paths = [p for p in paths if p.stem == chainlet or p.stem.startswith(f"{chainlet}-")]
-    if not paths:
-        _fail(f"error: no logs yet in {chain_dir(name) / 'logs'}")
-    if follow:
-        try:
-            for line in _follow(paths, lines):
-                click.echo(line)
-        except KeyboardInterrupt:
-            return
+    if chainlet is not None and chainlet not in state.chainlet_names():
+        _fail(
+            f"error: chain {name!r} has no chainlet {chainlet!r}; it has: {', '.join(state.chainlet_names())}"
+        )
+    printed = False
+    try:
+        for line in running_target(state.target).logs(state, chainlet, follow, lines):
+            printed = True
+            click.echo(line)
+    except KeyboardInterrupt:
         return
-    for path in paths:
-        text = path.read_text(errors="replace").splitlines()[-lines:]
-        for line in text:
-            click.echo(f"{path.stem} | {line}" if len(paths) > 1 else line)
+    if not printed:
+        click.echo(f"(no log lines yet for chain {name!r})", err=True)
 
 
 @main.command()
@@ -370,7 +359,7 @@ def call(
 @click.option("--grace", type=float, default=15.0, show_default=True, help="Seconds to drain before killing.")
 def stop(name: str, grace: float) -> None:
     """Stop chain NAME: drain its chainlets, then stop them; nothing is left running."""
-    from chains.targets.local import stop_chain
+    from chains.deploy import stop_chain
 
     state = _guarded(lambda: stop_chain(name, grace))
     click.echo(f"stopped chain {state.chain!r} ({len(state.processes)} process(es))")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -17,11 +18,10 @@ from chains.endpoint import EndpointSpec
 from chains.errors import ChainsUsageError
 from chains.loader import load_chain
 from chains.stubs import StubBase, StubOptions
-from chains.targets.state import ChainState
+from chains.targets import PushOptions, running_target
+from chains.targets.state import ChainState, forget, read_state
 
-__all__ = ["ChainHandle", "collect_secrets", "parse_dotenv", "push", "push_chain"]
-
-TARGETS = ("local",)
+__all__ = ["ChainHandle", "collect_secrets", "parse_dotenv", "push", "push_chain", "stop_chain"]
 
 
 def parse_dotenv(text: str, origin: str = "secrets file") -> dict[str, str]:
@@ -128,8 +128,6 @@ class ChainHandle:
             yield item
 
     def stop(self) -> None:
-        from chains.targets.local import stop_chain
-
         stop_chain(self.name)
 
     def __enter__(self) -> ChainHandle:
@@ -142,24 +140,13 @@ class ChainHandle:
 
 
 def push_chain(
-    chain: Chain,
-    source_file: Path,
-    *,
-    target: str = "local",
-    secrets: Mapping[str, str] | None = None,
-    secrets_file: str | Path | None = None,
-    entry_port: int | None = None,
-    timeout: float = 60.0,
+    chain: Chain, source_file: Path, target: str = "local", options: PushOptions | None = None
 ) -> ChainHandle:
-    """Start an already loaded and checked chain on ``target``."""
-    if target not in TARGETS:
-        raise ChainsUsageError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
-    values = collect_secrets(chain, secrets, secrets_file)
-    from chains.targets.local import LocalTarget
-
-    state = LocalTarget().push(
-        chain, source_file, secrets_values=values, entry_port=entry_port, timeout=timeout
-    )
+    """Start an already loaded and checked chain on a running ``target``."""
+    options = options or PushOptions()
+    runner = running_target(target)
+    options = dataclasses.replace(options, secrets=collect_secrets(chain, options.secrets))
+    state = runner.push(chain, source_file, options)
     return ChainHandle(
         name=chain.name,
         target=target,
@@ -168,6 +155,17 @@ def push_chain(
         endpoint=chain.entrypoint.endpoint,
         state=state,
     )
+
+
+def stop_chain(name: str, grace: float = 15.0) -> ChainState:
+    """Stop chain ``name`` on whatever target runs it, and forget it (its logs stay).
+
+    Works on stale state too: whatever of it still runs is stopped.
+    """
+    state = read_state(name)
+    running_target(state.target).stop(state, grace)
+    forget(name)
+    return state
 
 
 def push(
@@ -197,4 +195,5 @@ def push(
             )
         source = Path(file)
         chain = load_chain(source, entrypoint.__name__, name)
-    return push_chain(chain, source, target=target, secrets=secrets, entry_port=port, timeout=timeout)
+    options = PushOptions(secrets=dict(secrets or {}), entry_port=port, timeout=timeout)
+    return push_chain(chain, source, target, options)

@@ -17,7 +17,8 @@ from pathlib import Path
 import click
 
 from chains.checks import Chain
-from chains.targets.local import control, stop_chain
+from chains.deploy import stop_chain
+from chains.targets.local import control
 from chains.targets.state import chain_dir, read_state
 
 __all__ = ["snapshot", "watch"]

@@ -12,24 +12,29 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import closing
 from pathlib import Path
 
 from chains.checks import Chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.targets import PushOptions, running_target
 from chains.targets.state import (
     ChainState,
     Deployment,
     DeploymentChainlet,
     chain_dir,
+    current_state,
+    forget,
+    iter_logs,
+    make_current,
+    new_deployment_dir,
     pid_alive,
-    read_state,
     write_private,
 )
 from chains.targets.supervisor import control_socket_path
 
-__all__ = ["LocalTarget", "control", "stop_chain"]
+__all__ = ["LocalTarget", "control", "follow_files"]
 
 _LOG_TAIL_LINES = 30
 
@@ -40,17 +45,7 @@ class LocalTarget:
     def __init__(self, python: str | None = None) -> None:
         self.python = python or sys.executable
 
-    def push(
-        self,
-        chain: Chain,
-        source_file: Path,
-        *,
-        secrets_values: Mapping[str, str],
-        entry_port: int | None = None,
-        timeout: float = 60.0,
-        generated: Path | None = None,
-        deploy_dir: Path | None = None,
-    ) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
         """Start ``chain`` and wait until every chainlet is ready; replaces a running one.
 
         The new deployment becomes current only once it is ready, then the previous one
@@ -59,16 +54,13 @@ class LocalTarget:
         from codegen import generate  # the generator is only needed when pushing
 
         home = chain_dir(chain.name)
-        deploy_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-        deploy_dir = deploy_dir or home / "deployments" / deploy_id
-        generated_dir = generated or deploy_dir / "generated"
-        if generated is None:
-            result = generate(chain, source_file, generated_dir)
-            versions = {name: c.code_version for name, c in result.chainlets.items()}
-        else:
-            versions = {spec.name: _code_version(generated_dir / spec.name) for spec in chain.chainlets}
-        previous = _current_state(chain.name)
-        if entry_port is None and previous is not None and previous.alive:
+        deploy_dir = new_deployment_dir(chain.name)
+        generated_dir = deploy_dir / "generated"
+        result = generate(chain, source_file, generated_dir)
+        versions = {name: c.code_version for name, c in result.chainlets.items()}
+        previous = current_state(chain.name)
+        entry_port = options.entry_port
+        if entry_port is None and previous is not None and previous.target == "local" and previous.alive:
             # Keep the entrypoint's URL across pushes (both bind it with SO_REUSEPORT).
             entry_port = _port_of(previous.entrypoint_url)
         elif entry_port is not None:
@@ -89,7 +81,7 @@ class LocalTarget:
                     replicas=spec.remote_config.compute.replicas,
                     is_entrypoint=spec is chain.entrypoint,
                     code_version=versions.get(spec.name, ""),
-                    env=_environment(chain, spec.name, token, secrets_values),
+                    env=_environment(chain, spec.name, token, options.secrets),
                 )
                 for spec in chain.chainlets
             ],
@@ -100,16 +92,32 @@ class LocalTarget:
         offsets = {p.name: p.stat().st_size for p in logs.glob("*.log")}
         supervisor = self._start_supervisor(deploy_dir)
         try:
-            state = _wait_ready(deploy_dir, supervisor, timeout)
+            state = _wait_ready(deploy_dir, supervisor, options.timeout)
         except _StartFailed as exc:
             _terminate(supervisor.pid, grace=5)
             shutil.rmtree(deploy_dir, ignore_errors=True)
             raise ChainsRuntimeError(f"{exc}{_log_tails(logs, offsets, exc.chainlets)}") from None
-        _point_current(home, deploy_dir)
-        if previous is not None and previous.deployment != deploy_dir.name:
-            stop_deployment(previous)
-            shutil.rmtree(home / "deployments" / previous.deployment, ignore_errors=True)
+        make_current(chain.name, deploy_dir)
+        if previous is not None:
+            running_target(previous.target).stop(previous, grace=15.0)
+            forget(chain.name, keep=deploy_dir.name)
         return state
+
+    def alive(self, state: ChainState) -> bool:
+        return pid_alive(state.supervisor_pid)
+
+    def logs(self, state: ChainState, chainlet: str | None, follow: bool, lines: int) -> Iterator[str]:
+        paths = list(iter_logs(state.chain))
+        if chainlet is not None:
+            paths = [p for p in paths if p.stem == chainlet or p.stem.startswith(f"{chainlet}-")]
+        return follow_files(paths, lines, follow)
+
+    def stop(self, state: ChainState, grace: float) -> None:
+        """Stop one deployment: its supervisor drains the chainlets; stragglers are killed."""
+        _terminate(state.supervisor_pid, grace)
+        for process in state.processes:
+            if process.pid and pid_alive(process.pid):
+                _terminate(process.pid, 1.0)
 
     def _start_supervisor(self, deploy_dir: Path) -> subprocess.Popen[bytes]:
         log = open(deploy_dir / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
@@ -143,20 +151,6 @@ def _environment(chain: Chain, name: str, token: str, secrets_values: Mapping[st
         if key in secrets_values:
             env[f"CHAINS_SECRET_{key}"] = secrets_values[key]
     return env
-
-
-def _code_version(directory: Path) -> str:
-    try:
-        return str(json.loads((directory / "chainlet.json").read_text()).get("code_version", ""))
-    except (OSError, ValueError):
-        return ""
-
-
-def _current_state(name: str) -> ChainState | None:
-    try:
-        return read_state(name)
-    except ChainsUsageError:
-        return None
 
 
 def _port_of(url: str) -> int:
@@ -213,14 +207,6 @@ def _log_tails(logs: Path, offsets: Mapping[str, int], chainlets: list[str]) -> 
     return "".join(parts)
 
 
-def _point_current(home: Path, deploy_dir: Path) -> None:
-    link = home / "state.json"
-    tmp = home / f".state.json.{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(deploy_dir.relative_to(home) / "state.json")
-    os.replace(tmp, link)
-
-
 def _terminate(pid: int, grace: float) -> bool:
     """SIGTERM ``pid``, then SIGKILL after ``grace`` seconds; True when it is gone."""
     try:
@@ -237,22 +223,28 @@ def _terminate(pid: int, grace: float) -> bool:
     return False
 
 
-def stop_deployment(state: ChainState, grace: float = 15.0) -> None:
-    """Stop one deployment: its supervisor drains the chainlets; stragglers are killed."""
-    _terminate(state.supervisor_pid, grace)
-    for process in state.processes:
-        if process.pid and pid_alive(process.pid):
-            _terminate(process.pid, 1.0)
-
-
-def stop_chain(name: str, grace: float = 15.0) -> ChainState:
-    """Stop chain ``name`` and forget it (its logs stay); works on stale state too."""
-    state = read_state(name)
-    stop_deployment(state, grace)
-    home = chain_dir(name)
-    (home / "state.json").unlink(missing_ok=True)
-    shutil.rmtree(home / "deployments", ignore_errors=True)
-    return state
+def follow_files(paths: list[Path], lines: int, follow: bool) -> Iterator[str]:
+    """The last ``lines`` of each file, prefixed with its name when there are several; with
+    ``follow``, then every line appended to them, until the caller stops iterating."""
+    handles = []
+    try:
+        for path in paths:
+            handle = open(path, errors="replace")  # noqa: SIM115 - kept open while following
+            handles.append((path, handle))
+            for line in handle.read().splitlines()[-lines:]:
+                yield f"{path.stem} | {line}" if len(paths) > 1 else line
+        while follow:
+            quiet = True
+            for path, handle in handles:
+                for line in iter(handle.readline, ""):
+                    quiet = False
+                    text = line.rstrip("\n")
+                    yield f"{path.stem} | {text}" if len(paths) > 1 else text
+            if quiet:
+                time.sleep(0.2)
+    finally:
+        for _, handle in handles:
+            handle.close()
 
 
 def control(deploy_dir: Path, command: Mapping[str, object], timeout: float = 120.0) -> dict[str, object]:

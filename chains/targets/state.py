@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +33,11 @@ __all__ = [
     "DeploymentChainlet",
     "chain_dir",
     "chains_home",
+    "current_state",
+    "forget",
     "list_chains",
+    "make_current",
+    "new_deployment_dir",
     "pid_alive",
     "read_state",
     "write_private",
@@ -103,7 +109,7 @@ class ChainState(pydantic.BaseModel):
     entrypoint: str
     entrypoint_kind: str = "unary"
     entrypoint_url: str
-    supervisor_pid: int
+    supervisor_pid: int = 0  # local target
     processes: list[ChainletProcess]
     updated_at: float = pydantic.Field(default_factory=time.time)
     stopping: bool = False
@@ -119,7 +125,10 @@ class ChainState(pydantic.BaseModel):
 
     @property
     def alive(self) -> bool:
-        return pid_alive(self.supervisor_pid)
+        """Whether the chain still runs (asks its target)."""
+        from chains.targets import running_target
+
+        return running_target(self.target).alive(self)
 
 
 def write_private(path: Path, text: str) -> None:
@@ -169,6 +178,44 @@ def pid_alive(pid: int | None) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def current_state(name: str) -> ChainState | None:
+    """The state of chain ``name``, or None when there is none (or it is unreadable)."""
+    try:
+        return read_state(name)
+    except ChainsUsageError:
+        return None
+
+
+def new_deployment_dir(name: str) -> Path:
+    """A fresh folder for a new deployment of chain ``name``."""
+    folder = chain_dir(name) / "deployments" / (time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3))
+    folder.mkdir(parents=True)
+    return folder
+
+
+def make_current(name: str, deploy_dir: Path) -> None:
+    """Point the chain's ``state.json`` at ``deploy_dir``'s, atomically (readers never see
+    a missing or half-written state)."""
+    home = chain_dir(name)
+    link = home / "state.json"
+    tmp = home / f".state.json.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(deploy_dir.relative_to(home) / "state.json")
+    os.replace(tmp, link)
+
+
+def forget(name: str, keep: str | None = None) -> None:
+    """Remove the chain's state and every deployment folder but ``keep``; logs stay."""
+    home = chain_dir(name)
+    if keep is None:
+        (home / "state.json").unlink(missing_ok=True)
+    deployments = home / "deployments"
+    if deployments.is_dir():
+        for folder in deployments.iterdir():
+            if folder.name != keep:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def iter_logs(name: str) -> Iterator[Path]:

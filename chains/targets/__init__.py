@@ -1,0 +1,92 @@
+"""Deploy targets: where ``chains push`` runs a chain, or what it writes for elsewhere.
+
+A *running* target (``local``, ``docker``) starts the chain and records a
+:class:`~chains.targets.state.ChainState`; ``status``, ``logs``, ``call`` and ``stop``
+then work the same on every running target. An *export* target (``kubernetes``,
+``compose``, ``truss``) writes what another system needs to run the chain
+(``chains push FILE --target NAME --dry-run --out DIR``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from chains.checks import Chain
+from chains.errors import ChainsUsageError
+from chains.targets.state import ChainState
+
+__all__ = ["TARGETS", "ExportTarget", "PushOptions", "RunningTarget", "export_target", "running_target"]
+
+
+@dataclass(frozen=True)
+class PushOptions:
+    """What ``chains push`` was asked for, beyond the chain itself."""
+
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    entry_port: int | None = None
+    timeout: float = 60.0
+    base_image: str | None = None  # docker: the image each chainlet's image builds on
+    registry: str | None = None  # kubernetes: where images are pushed, e.g. "registry.example/team"
+    out_dir: Path | None = None  # export targets: where to write
+    apply: bool = False  # kubernetes: run `kubectl apply -k` on the result
+
+
+class RunningTarget(Protocol):
+    """A target that runs the chain and can report on, show logs of, and stop it."""
+
+    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState: ...
+
+    def alive(self, state: ChainState) -> bool: ...
+
+    def logs(self, state: ChainState, chainlet: str | None, follow: bool, lines: int) -> Iterator[str]: ...
+
+    def stop(self, state: ChainState, grace: float) -> None: ...
+
+
+class ExportTarget(Protocol):
+    """A target that writes files for another system to run the chain."""
+
+    def export(self, chain: Chain, source_file: Path, options: PushOptions) -> list[Path]: ...
+
+
+# name -> (module, class, kind). Imported on use: a target's dependencies (the docker SDK,
+# say) are needed only by those who use it.
+TARGETS: dict[str, tuple[str, str, str]] = {
+    "local": ("chains.targets.local", "LocalTarget", "running"),
+}
+
+
+def _load(name: str, kind: str) -> object:
+    entry = TARGETS.get(name)
+    if entry is None:
+        raise ChainsUsageError(f"unknown target {name!r}; choose one of: {', '.join(TARGETS)}")
+    module, cls, target_kind = entry
+    if target_kind != kind:
+        hint = (
+            "it only writes files: add --dry-run --out DIR"
+            if target_kind == "export"
+            else "it runs the chain"
+        )
+        raise ChainsUsageError(f"target {name!r} is an {target_kind} target; {hint}")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def running_target(name: str) -> RunningTarget:
+    target: RunningTarget = _load(name, "running")  # type: ignore[assignment]
+    return target
+
+
+def export_target(name: str) -> ExportTarget:
+    target: ExportTarget = _load(name, "export")  # type: ignore[assignment]
+    return target
+
+
+def kind_of(name: str) -> str:
+    entry = TARGETS.get(name)
+    if entry is None:
+        raise ChainsUsageError(f"unknown target {name!r}; choose one of: {', '.join(TARGETS)}")
+    return entry[2]
