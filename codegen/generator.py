@@ -254,24 +254,25 @@ def _render_stubs(
     head: str,
 ) -> list[StubModule]:
     stubs: list[StubModule] = []
-    seen: dict[str, StubModule] = {}
-    for dep in spec.dependencies:
-        if dep.name in seen:
-            continue  # two parameters may depend on one chainlet: one stub serves both
-        module = stub_module_name(dep.name)
+    # Two parameters may depend on one chainlet: one stub serves both.
+    for name in _unique_dependencies(spec):
+        # Names differing only in case or punctuation (Text-Gen, TextGen) must not collide.
+        module, class_name = stub_module_name(name), stub_class_name(name)
         while module in {s.module for s in stubs}:
             module += "_"
-        stub = render_stub(
-            env,
-            chain.get(dep.name),
-            module=module,
-            class_name=stub_class_name(dep.name),
-            import_name=source.import_name,
-            first_party=first_party,
-            header=head,
+        while class_name in {s.class_name for s in stubs}:
+            class_name += "_"
+        stubs.append(
+            render_stub(
+                env,
+                chain.get(name),
+                module=module,
+                class_name=class_name,
+                import_name=source.import_name,
+                first_party=first_party,
+                header=head,
+            )
         )
-        seen[dep.name] = stub
-        stubs.append(stub)
     return stubs
 
 

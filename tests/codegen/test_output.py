@@ -249,3 +249,35 @@ def test_code_version_changes_only_for_the_chainlet_whose_code_changed(tmp_path:
     assert signature["Greeter"] != before["Greeter"] and signature["Hello"] != before["Hello"]
     module_level = versions(original + "\nLIMIT = 3\n")
     assert all(module_level[n] != before[n] for n in before)
+
+
+def test_dependency_names_that_map_to_one_identifier_stay_apart(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "chain.py").write_text(
+        "import chains\n\n\n"
+        "class TextGen(chains.ChainletBase):\n"
+        "    async def run_remote(self) -> str:\n"
+        '        return "a"\n\n\n'
+        "class OtherGen(chains.ChainletBase):\n"
+        '    remote_config = chains.RemoteConfig(name="Text-Gen")\n\n'
+        "    async def run_remote(self) -> int:\n"
+        "        return 1\n\n\n"
+        "@chains.mark_entrypoint\n"
+        "class Entry(chains.ChainletBase):\n"
+        "    def __init__(\n"
+        "        self, a: TextGen = chains.depends(TextGen), b: OtherGen = chains.depends(OtherGen)\n"
+        "    ) -> None:\n"
+        "        self._a, self._b = a, b\n\n"
+        "    async def run_remote(self) -> str:\n"
+        "        return await self._a.run_remote()\n"
+    )
+    entry = generate_in(tmp_path, folder / "chain.py").chainlets["Entry"].directory
+    assert sorted(p.name for p in (entry / "chains_stubs").glob("text_gen*.py")) == [
+        "text_gen.py",
+        "text_gen_.py",
+    ]
+    server = (entry / "server.py").read_text()
+    assert "from chains_stubs.text_gen import TextGenStub  # noqa: E402\n" in server
+    assert "from chains_stubs.text_gen_ import TextGenStub_  # noqa: E402\n" in server
+    assert '        "a": TextGenStub,\n        "b": TextGenStub_,\n' in server
