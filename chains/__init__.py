@@ -25,9 +25,11 @@ from chains.errors import (
     RemoteError,
     StreamInterrupted,
 )
+from chains.deploy import push
 from chains.local import run_local
 from chains.sse import SSE
 from chains.streams import StreamTypes, stream_reader, stream_types, stream_writer
+from chains.stubs import StubBase
 
 __version__ = "0.1.0"
 
@@ -46,9 +48,11 @@ __all__ = [
     "RemoteError",
     "StreamInterrupted",
     "StreamTypes",
+    "StubBase",
     "depends",
     "depends_context",
     "mark_entrypoint",
+    "push",
     "run_local",
     "stream_reader",
     "stream_types",

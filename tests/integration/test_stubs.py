@@ -317,3 +317,33 @@ class ItemStream(StubBase):
 
     def run_remote(self, n: int, die_after: int = -1, delay: float = 0.0) -> AsyncIterator[Item]:
         return self.stream_remote(n=n, die_after=die_after, delay=delay)
+
+
+class LeafStub(StubBase):
+    async def run_remote(self, text: str, mode: str = "ok", delay: float = 0.0) -> str:
+        return await self.call_remote(text=text, mode=mode, delay=delay)  # type: ignore[no-any-return]
+
+
+def test_calls_spread_over_replicas_and_skip_a_dead_one_at_once(generated: dict[str, Path]) -> None:
+    with running(ServerProcess(generated["Leaf"]), ServerProcess(generated["Leaf"])) as (one, two):
+
+        async def calls(count: int) -> list[float]:
+            stub = LeafStub([one.url, two.url], options=StubOptions(retries=2), token=TOKEN)
+            durations = []
+            for _ in range(count):
+                started = time.monotonic()
+                assert await stub.run_remote("ab") == "ba"
+                durations.append(time.monotonic() - started)
+            await stub.aclose()
+            return durations
+
+        asyncio.run(calls(10))
+        served = [
+            _metric(server, 'chains_calls_total{chainlet="Leaf",status="200"}') for server in (one, two)
+        ]
+        assert served == [5, 5]  # taken in turn
+        one.kill()
+        durations = asyncio.run(calls(10))
+        # A refused connection moves to the other replica without a backoff pause.
+        assert max(durations) < 0.5, durations
+        assert _metric(two, 'chains_calls_total{chainlet="Leaf",status="200"}') == 15
