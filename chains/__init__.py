@@ -18,6 +18,7 @@ class Entry(chains.ChainletBase):
 from chains.chainlet import ChainletBase, depends, depends_context, mark_entrypoint
 from chains.config import Assets, ChainletOptions, Compute, DockerImage, RemoteConfig
 from chains.context import DeploymentContext
+from chains.deploy import push
 from chains.errors import (
     ChainsRuntimeError,
     ChainsUsageError,
@@ -25,7 +26,6 @@ from chains.errors import (
     RemoteError,
     StreamInterrupted,
 )
-from chains.deploy import push
 from chains.local import run_local
 from chains.sse import SSE
 from chains.streams import StreamTypes, stream_reader, stream_types, stream_writer
