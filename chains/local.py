@@ -130,9 +130,10 @@ class LocalStub:
         endpoint = self._endpoint
         if not self._serialize:
             return codec.bind_arguments(endpoint, args, kwargs)
-        body = codec.encode_args(endpoint, args, kwargs)
+        binary = self._marker.use_binary
+        body = codec.encode_args(endpoint, args, kwargs, binary=binary)
         try:
-            return codec.decode_args(endpoint, body)
+            return codec.decode_args(endpoint, body, binary=binary)
         except pydantic.ValidationError as exc:
             raise codec.invalid_arguments(endpoint, exc) from None
 
@@ -140,10 +141,10 @@ class LocalStub:
         if not self._serialize:
             return value
         try:
-            body = codec.encode_result(self._endpoint, value)
+            body = codec.encode_result(self._endpoint, value, binary=self._marker.use_binary)
         except (pydantic.ValidationError, pydantic_core.PydanticSerializationError) as exc:
             raise self._remote(exc) from None
-        return codec.decode_result(self._endpoint, body)
+        return codec.decode_result(self._endpoint, body, binary=self._marker.use_binary)
 
     def _remote(self, exc: BaseException) -> RemoteError:
         return RemoteError.from_detail(ErrorDetail.from_exception(exc, self._spec.name))

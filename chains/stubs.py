@@ -64,10 +64,11 @@ class StubOptions:
     retries: int = DEFAULT_RETRIES
     timeout_sec: float = DEFAULT_TIMEOUT_SEC
     concurrency_limit: int | None = None
+    use_binary: bool = False  # MessagePack instead of JSON for arguments and unary results
 
     @classmethod
     def from_marker(cls, marker: DependencyMarker) -> StubOptions:
-        return cls(marker.retries, marker.timeout_sec, marker.concurrency_limit)
+        return cls(marker.retries, marker.timeout_sec, marker.concurrency_limit, marker.use_binary)
 
 
 class _Retryable(Exception):
@@ -154,11 +155,16 @@ class StubBase:
             self._sync_client.close()
 
     def _headers(self, call: CallContext, attempt_timeout: float, accept: str) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": accept}
+        content_type = codec.BINARY_MEDIA_TYPE if self.options.use_binary else "application/json"
+        headers = {"content-type": content_type, "accept": accept}
         headers.update(CallContext(call.request_id, time.monotonic() + attempt_timeout).headers())
         if self._token:
             headers["authorization"] = f"Bearer {self._token}"
         return headers
+
+    @property
+    def _unary_accept(self) -> str:
+        return codec.BINARY_MEDIA_TYPE if self.options.use_binary else "application/json"
 
     def _next_url(self) -> str:
         return self.urls[next(self._turn) % len(self.urls)]
@@ -242,7 +248,7 @@ class StubBase:
     async def call_remote(self, *args: Any, **kwargs: Any) -> Any:
         """Call the endpoint and return its decoded result."""
         endpoint = self._endpoint()
-        body = codec.encode_args(endpoint, args, kwargs)
+        body = codec.encode_args(endpoint, args, kwargs, binary=self.options.use_binary)
         call = self._call_context()
         started = time.perf_counter()
         outcome = "error"
@@ -263,7 +269,7 @@ class StubBase:
         try:
             async with asyncio.timeout(timeout):
                 async with self._client().post(
-                    url + "/run_remote", data=body, headers=self._headers(call, timeout, "application/json")
+                    url + "/run_remote", data=body, headers=self._headers(call, timeout, self._unary_accept)
                 ) as response:
                     payload = await response.read()
                     status = response.status
@@ -274,7 +280,7 @@ class StubBase:
             raise _Retryable(f"{self.name} at {url}: {type(exc).__name__}: {exc}", connection=True) from exc
         if status == 200:
             try:
-                return codec.decode_result(endpoint, payload)
+                return codec.decode_result(endpoint, payload, binary=self.options.use_binary)
             except pydantic.ValidationError as exc:
                 raise ChainsRuntimeError(
                     f"{self.name} answered with a result that does not match its signature: {exc}"
@@ -314,7 +320,7 @@ class StubBase:
         """
         endpoint = self._endpoint()
         shape = shape_of(endpoint)
-        body = codec.encode_args(endpoint, args, kwargs)
+        body = codec.encode_args(endpoint, args, kwargs, binary=self.options.use_binary)
         call = self._call_context()
         started = time.perf_counter()
         outcome = "error"
@@ -361,7 +367,7 @@ class StubBase:
     def call_remote_sync(self, *args: Any, **kwargs: Any) -> Any:
         """Call a sync endpoint from sync code (a thread), with the same retries and errors."""
         endpoint = self._endpoint()
-        body = codec.encode_args(endpoint, args, kwargs)
+        body = codec.encode_args(endpoint, args, kwargs, binary=self.options.use_binary)
         call = self._call_context()
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.options.retries + 1),
@@ -384,7 +390,7 @@ class StubBase:
             response = self._sync_client.post(
                 url + "/run_remote",
                 content=body,
-                headers=self._headers(call, timeout, "application/json"),
+                headers=self._headers(call, timeout, self._unary_accept),
                 timeout=timeout,
             )
         except httpx.TimeoutException:
@@ -392,7 +398,7 @@ class StubBase:
         except httpx.TransportError as exc:
             raise _Retryable(f"{self.name} at {url}: {type(exc).__name__}: {exc}", connection=True) from exc
         if response.status_code == 200:
-            return codec.decode_result(endpoint, response.content)
+            return codec.decode_result(endpoint, response.content, binary=self.options.use_binary)
         raise self._failure(response.status_code, response.content, response.headers.get("retry-after"), url)
 
 

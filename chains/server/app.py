@@ -236,13 +236,14 @@ class ChainletApp:
             await send_json(send, 503, {"detail": detail}, [(b"retry-after", b"1"), *rid])
             return 503
         content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        if content_type not in _JSON_TYPES and not content_type.endswith("+json"):
+        binary = content_type == codec.BINARY_MEDIA_TYPE
+        if not binary and content_type not in _JSON_TYPES and not content_type.endswith("+json"):
             await send_json(
                 send,
                 415,
                 {
-                    "detail": f"send the arguments as JSON with Content-Type: application/json, "
-                    f"not {content_type!r}"
+                    "detail": f"send the arguments as JSON with Content-Type: application/json "
+                    f"(or as {codec.BINARY_MEDIA_TYPE}), not {content_type!r}"
                 },
                 rid,
             )
@@ -256,7 +257,7 @@ class ChainletApp:
         except ClientGone:
             return 499
         try:
-            arguments = codec.decode_args(self.spec.endpoint, body)
+            arguments = codec.decode_args(self.spec.endpoint, body, binary=binary)
         except pydantic.ValidationError as exc:
             errors = exc.errors(include_url=False, include_input=False, include_context=False)
             await send_json(send, 422, {"detail": errors}, rid)
@@ -308,7 +309,8 @@ class ChainletApp:
         try:
             if self.spec.endpoint.is_stream:
                 return await self._stream(call, headers.get("accept"), arguments, send, rid)
-            return await self._unary(call, arguments, send, rid)
+            binary_result = codec.BINARY_MEDIA_TYPE in headers.get("accept", "")
+            return await self._unary(call, arguments, send, rid, binary_result)
         except asyncio.CancelledError:
             if not gone:
                 raise
@@ -331,12 +333,17 @@ class ChainletApp:
         return await loop.run_in_executor(self._executor, functools.partial(context.run, method, **arguments))
 
     async def _unary(
-        self, call: CallContext, arguments: dict[str, Any], send: Send, rid: list[tuple[bytes, bytes]]
+        self,
+        call: CallContext,
+        arguments: dict[str, Any],
+        send: Send,
+        rid: list[tuple[bytes, bytes]],
+        binary: bool,
     ) -> int:
         try:
             async with asyncio.timeout(call.remaining()):
                 value = await self._invoke(arguments)
-            body = codec.encode_result(self.spec.endpoint, value)
+            body = codec.encode_result(self.spec.endpoint, value, binary=binary)
         except TimeoutError:
             return await self._fail(send, 504, self._deadline_error(call), rid)
         except (pydantic.ValidationError, pydantic_core.PydanticSerializationError) as exc:
@@ -345,7 +352,8 @@ class ChainletApp:
         except Exception as exc:
             logger.exception("run_remote raised %s", type(exc).__name__)
             return await self._fail(send, 500, exc, rid)
-        await send_bytes(send, 200, body, b"application/json", rid)
+        media_type = codec.BINARY_MEDIA_TYPE.encode() if binary else b"application/json"
+        await send_bytes(send, 200, body, media_type, rid)
         return 200
 
     def _deadline_error(self, call: CallContext) -> DeadlineExceeded:

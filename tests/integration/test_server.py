@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import msgpack
 import pytest
 
 from tests.helpers import TOKEN, ServerProcess, generate_chain, running, write_chain
@@ -421,3 +422,14 @@ def test_request_id_appears_in_log_lines(echo: ServerProcess) -> None:
     time.sleep(0.2)
     lines = [line for line in echo.logs().splitlines() if "asked to fail" in line or "raised" in line]
     assert any("rid=trace-me-42" in line for line in lines), echo.logs()[-2000:]
+
+
+def test_messagepack_arguments_and_result(echo: ServerProcess) -> None:
+    headers = {**echo.headers, "content-type": "application/x-msgpack", "accept": "application/x-msgpack"}
+    response = httpx.post(
+        echo.url + "/run_remote", content=msgpack.packb({"text": "packed"}), headers=headers
+    )
+    assert response.status_code == 200 and response.headers["content-type"] == "application/x-msgpack"
+    assert msgpack.unpackb(response.content) == "packed"
+    broken = httpx.post(echo.url + "/run_remote", content=b"\xc1", headers=headers)
+    assert broken.status_code == 422 and "not MessagePack" in broken.json()["detail"][0]["msg"]

@@ -347,3 +347,18 @@ def test_calls_spread_over_replicas_and_skip_a_dead_one_at_once(generated: dict[
         # A refused connection moves to the other replica without a backoff pause.
         assert max(durations) < 0.5, durations
         assert _metric(two, 'chains_calls_total{chainlet="Leaf",status="200"}') == 15
+
+
+def test_use_binary_calls_with_messagepack(generated: dict[str, Path]) -> None:
+    with running(ServerProcess(generated["Leaf"])) as (leaf,):
+
+        async def call_binary() -> str:
+            stub = LeafStub(leaf.url, options=StubOptions(use_binary=True), token=TOKEN)
+            try:
+                return await stub.run_remote("binary")
+            finally:
+                await stub.aclose()
+
+        assert asyncio.run(call_binary()) == "yranib"
+        # The server answered in MessagePack because the stub asked for it (no JSON parse error).
+        assert _metric(leaf, 'chains_calls_total{chainlet="Leaf",status="200"}') == 1

@@ -183,3 +183,23 @@ def test_run_local_ends_with_its_block() -> None:
         Entry()
     with pytest.raises(chains.ChainsRuntimeError, match="cannot be constructed directly"):
         Entry()
+
+
+class BinaryCaller(chains.ChainletBase):
+    def __init__(
+        self,
+        packed: Blobs = chains.depends(Blobs, use_binary=True),
+        plain: Blobs = chains.depends(Blobs),
+    ) -> None:
+        self.packed, self.plain = packed, plain
+
+    async def run_remote(self) -> int:
+        return 0
+
+
+async def test_use_binary_carries_bytes_json_cannot() -> None:
+    with chains.run_local():
+        caller = BinaryCaller()
+        assert (await caller.packed.run_remote()).data == b"\xff\x00"
+        with pytest.raises(chains.RemoteError, match="utf-8"):
+            await caller.plain.run_remote()
