@@ -21,6 +21,7 @@ from tests.codegen.conftest import EXAMPLES, descriptor
 # Builds each chainlet's app in turn, each in a clean import state, from the directory given.
 _BUILD_APPS = """
 import json, os, runpy, sys
+import chains.server.serve  # once: only the chainlet's own modules are forgotten between apps
 saved_path, saved_modules = list(sys.path), set(sys.modules)
 for directory, env in json.loads(sys.argv[1]):
     os.environ.update(env)
