@@ -10,6 +10,7 @@ import collections.abc
 import inspect
 import re
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -55,6 +56,7 @@ class Param:
     name: str
     annotation: Any
     default: Any = inspect.Parameter.empty
+    positional_only: bool = False
 
     @property
     def required(self) -> bool:
@@ -81,6 +83,16 @@ class EndpointSpec:
     @property
     def is_stream(self) -> bool:
         return self.output_kind != "unary"
+
+    def call(self, method: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
+        """``method(**arguments)``, passing positional-only parameters by position."""
+        if not any(p.positional_only for p in self.params):
+            return method(**arguments)
+        positional = [arguments[p.name] for p in self.params if p.positional_only and p.name in arguments]
+        named = {
+            p.name: arguments[p.name] for p in self.params if not p.positional_only and p.name in arguments
+        }
+        return method(*positional, **named)
 
     @cached_property
     def input_model(self) -> type[pydantic.BaseModel]:
@@ -236,7 +248,7 @@ def analyze_endpoint(
                 )
             )
             continue
-        params.append(Param(p.name, annotation, p.default))
+        params.append(Param(p.name, annotation, p.default, p.kind is inspect.Parameter.POSITIONAL_ONLY))
 
     if "return" not in hints:
         result.violations.append(

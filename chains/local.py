@@ -165,7 +165,7 @@ class LocalStub:
         async with self._slot():
             try:
                 async with asyncio.timeout(self._marker.timeout_sec):
-                    value = await self._instance.run_remote(**arguments)  # type: ignore[attr-defined]
+                    value = await self._endpoint.call(self._instance.run_remote, arguments)  # type: ignore[attr-defined]
             except TimeoutError:
                 raise self._deadline() from None
             except Exception as exc:
@@ -175,7 +175,7 @@ class LocalStub:
     def _call_sync(self, *args: Any, **kwargs: Any) -> Any:
         arguments = self._arguments(args, kwargs)
         try:
-            value = self._instance.run_remote(**arguments)  # type: ignore[attr-defined]
+            value = self._endpoint.call(self._instance.run_remote, arguments)  # type: ignore[attr-defined]
         except Exception as exc:
             raise self._remote(exc) from None
         return self._result(value)
@@ -189,7 +189,7 @@ class LocalStub:
         arguments = self._arguments(args, kwargs)
         endpoint = self._endpoint
         async with self._slot():
-            source = self._instance.run_remote(**arguments)  # type: ignore[attr-defined]
+            source = self._endpoint.call(self._instance.run_remote, arguments)  # type: ignore[attr-defined]
             # A structured stream is framed even without serialize: its reader needs the end
             # frame that a server appends, or it would report the stream as interrupted.
             if self._serialize or endpoint.output_kind == "structured":

@@ -321,8 +321,9 @@ class ChainletApp:
 
     async def _invoke(self, arguments: dict[str, Any]) -> Any:
         method = self.instance.run_remote  # type: ignore[union-attr]
-        if self.spec.endpoint.is_async:
-            return await method(**arguments)
+        endpoint = self.spec.endpoint
+        if endpoint.is_async:
+            return await endpoint.call(method, arguments)
         if self._executor is None:
             # Sync endpoints run in threads of their own, as many as calls may run at once.
             self._executor = ThreadPoolExecutor(
@@ -330,7 +331,8 @@ class ChainletApp:
             )
         context = contextvars.copy_context()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(context.run, method, **arguments))
+        call = functools.partial(context.run, endpoint.call, method, arguments)
+        return await loop.run_in_executor(self._executor, call)
 
     async def _unary(
         self,
@@ -374,7 +376,7 @@ class ChainletApp:
     ) -> int:
         shape = shape_of(self.spec.endpoint)
         media_type, encoder = negotiate(accept, shape)
-        generator = self.instance.run_remote(**arguments)  # type: ignore[union-attr]
+        generator = self.spec.endpoint.call(self.instance.run_remote, arguments)  # type: ignore[union-attr]
         deadline = call.deadline
         async with aclosing(generator):
             # Pull the first item before answering: a failure this early is a plain 500, which

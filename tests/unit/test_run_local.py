@@ -203,3 +203,20 @@ async def test_use_binary_carries_bytes_json_cannot() -> None:
         assert (await caller.packed.run_remote()).data == b"\xff\x00"
         with pytest.raises(chains.RemoteError, match="utf-8"):
             await caller.plain.run_remote()
+
+
+class PositionalOnly(chains.ChainletBase):
+    async def run_remote(self, a: int, /, b: int = 2) -> int:
+        return a * 10 + b
+
+
+async def test_positional_only_parameters_are_passed_by_position() -> None:
+    class Caller(chains.ChainletBase):
+        def __init__(self, dep: PositionalOnly = chains.depends(PositionalOnly)) -> None:
+            self.dep = dep
+
+        async def run_remote(self) -> int:
+            return await self.dep.run_remote(3, b=4)
+
+    with chains.run_local():
+        assert await Caller().run_remote() == 34
