@@ -16,7 +16,7 @@ class Entry(chains.ChainletBase):
 """
 
 from chains.chainlet import ChainletBase, depends, depends_context, mark_entrypoint
-from chains.config import Assets, ChainletOptions, Compute, DockerImage, RemoteConfig
+from chains.config import Assets, Autoscale, ChainletOptions, Compute, DockerImage, RemoteConfig
 from chains.context import DeploymentContext
 from chains.deploy import push
 from chains.errors import (
@@ -36,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "SSE",
     "Assets",
+    "Autoscale",
     "ChainletBase",
     "ChainletOptions",
     "ChainsRuntimeError",

@@ -13,7 +13,15 @@ import pydantic
 
 from chains.errors import ChainsUsageError
 
-__all__ = ["Assets", "ChainletOptions", "Compute", "DockerImage", "RemoteConfig", "parse_memory"]
+__all__ = [
+    "Assets",
+    "Autoscale",
+    "ChainletOptions",
+    "Compute",
+    "DockerImage",
+    "RemoteConfig",
+    "parse_memory",
+]
 
 _MEMORY_UNITS = {
     "": 1,
@@ -94,6 +102,29 @@ class DockerImage(_Config):
         return value
 
 
+class Autoscale(_Config):
+    """How a cluster scales a chainlet: between ``min_replicas`` and ``max_replicas``, aiming at
+    ``target_concurrency`` calls in flight per replica. Targets that cannot autoscale (``local``,
+    ``docker``) run ``Compute(replicas=...)`` processes; ``kubernetes`` writes a
+    HorizontalPodAutoscaler. ``Compute(autoscale=(1, 10, 16))`` is short for this.
+
+    >>> Autoscale(min_replicas=1, max_replicas=10, target_concurrency=16).max_replicas
+    10
+    """
+
+    min_replicas: int = pydantic.Field(default=1, ge=1)
+    max_replicas: int = pydantic.Field(ge=1)
+    target_concurrency: int = pydantic.Field(ge=1)
+
+    @pydantic.field_validator("max_replicas")
+    @classmethod
+    def _not_below_min(cls, value: int, info: pydantic.ValidationInfo) -> int:
+        low = info.data.get("min_replicas")
+        if low is not None and value < low:
+            raise ValueError(f"max_replicas must be at least min_replicas ({low})")
+        return value
+
+
 class Compute(_Config):
     """The resources of each replica of a chainlet, and how many calls it serves at once.
 
@@ -105,11 +136,44 @@ class Compute(_Config):
     memory: str = "512Mi"
     concurrency: int = pydantic.Field(default=32, ge=1)
     replicas: int = pydantic.Field(default=1, ge=1)
+    autoscale: Autoscale | None = None
 
     @pydantic.field_validator("memory")
     @classmethod
     def _valid_memory(cls, value: str) -> str:
         parse_memory(value)
+        return value
+
+    @pydantic.field_validator("autoscale", mode="before")
+    @classmethod
+    def _autoscale_triple(cls, value: Any) -> Any:
+        if isinstance(value, tuple | list):
+            if len(value) != 3:
+                raise ValueError(
+                    "autoscale takes (min_replicas, max_replicas, target_concurrency) "
+                    "or chains.Autoscale(...)"
+                )
+            low, high, target = value
+            return {"min_replicas": low, "max_replicas": high, "target_concurrency": target}
+        return value
+
+    @pydantic.field_validator("autoscale")
+    @classmethod
+    def _autoscale_fits(cls, value: Autoscale | None, info: pydantic.ValidationInfo) -> Autoscale | None:
+        if value is None:
+            return value
+        concurrency = info.data.get("concurrency")
+        if concurrency is not None and value.target_concurrency > concurrency:
+            raise ValueError(
+                f"target_concurrency {value.target_concurrency} is more than a replica serves at once "
+                f"(concurrency={concurrency}), so it would never scale up; lower it or raise concurrency"
+            )
+        replicas = info.data.get("replicas")
+        if replicas is not None and replicas > 1:
+            raise ValueError(
+                f"set either replicas ({replicas}) or autoscale, not both: with autoscale, "
+                "min_replicas is the starting count"
+            )
         return value
 
     @property
