@@ -16,7 +16,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from typing import Any
@@ -69,11 +69,13 @@ class ChainletApp:
         spec: ChainletSpec,
         settings: ServerSettings,
         factory: Callable[[Metrics], ChainletBase],
+        on_shutdown: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.spec = spec
         self.settings = settings
         self.metrics = Metrics(spec.name)
         self._factory = factory
+        self._on_shutdown = on_shutdown
         self.instance: ChainletBase | None = None
         self.startup_error: BaseException | None = None
         self.started = asyncio.Event()
@@ -114,6 +116,8 @@ class ChainletApp:
             self.started.set()
 
     async def shutdown(self) -> None:
+        if self._on_shutdown is not None:
+            await self._on_shutdown()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 

@@ -54,11 +54,13 @@ def create_app(
                 f'(e.g. {{"{dep.name}": ["http://127.0.0.1:8001"]}})'
             )
 
+    made: list[StubBase] = []
+
     def factory(metrics: Metrics) -> ChainletBase:
         kwargs: dict[str, Any] = {}
         for dep in spec.dependencies:
             options = StubOptions.from_marker(dep.marker)
-            kwargs[dep.param] = stubs[dep.param](
+            kwargs[dep.param] = stub = stubs[dep.param](
                 settings.dependency_urls[dep.name],
                 name=dep.name,
                 options=options,
@@ -66,6 +68,7 @@ def create_app(
                 metrics=metrics,
                 max_frame_bytes=settings.max_frame_bytes,
             )
+            made.append(stub)
         if spec.context_param is not None:
             kwargs[spec.context_param] = DeploymentContext(
                 secrets=Secrets(settings.secrets, spec.remote_config.assets.secret_keys, spec.name),
@@ -79,7 +82,11 @@ def create_app(
         with building_with(construct):
             return chainlet(**kwargs)
 
-    return ChainletApp(spec, settings, factory)
+    async def close_stubs() -> None:
+        for stub in made:
+            await stub.aclose()
+
+    return ChainletApp(spec, settings, factory, on_shutdown=close_stubs)
 
 
 class _RequestIdFilter(logging.Filter):

@@ -1,0 +1,46 @@
+"""chains.push from Python: a handle to a running chain, usable as a context manager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import chains
+from chains.loader import import_chain_file
+from chains.targets.state import pid_alive
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHAINS_HOME", str(tmp_path / "home"))
+
+
+def test_push_a_class_call_it_and_stop_on_exit() -> None:
+    module, _ = import_chain_file(ROOT / "examples" / "hello" / "chain.py")
+    with chains.push(module.Hello, name="api-hello") as chain:
+        assert chain.name == "api-hello" and chain.target == "local"
+        assert set(chain.chainlets) == {"Hello", "Greeter"}
+        assert chain.call(names=["Ada"]) == ["Hello, Ada!"]
+        pids = [p.pid for p in chain.state.processes]
+    assert not any(pid_alive(pid) for pid in pids)
+
+
+def test_push_a_file_and_collect_a_stream() -> None:
+    with chains.push(ROOT / "examples" / "streaming" / "chain.py") as chain:
+        pieces = chain.call(prompt="a b", max_tokens=2)
+    assert "".join(pieces) == "[2 tokens for 'a b'] a b\n[usage: 2 tokens; {\"tokens\":2}]"
+
+
+def test_a_push_that_fails_raises_and_leaves_nothing(tmp_path: Path) -> None:
+    file = tmp_path / "bad.py"
+    file.write_text(
+        "import chains\n\n\n@chains.mark_entrypoint\nclass Bad(chains.ChainletBase):\n"
+        "    def __init__(self) -> None:\n        raise OSError('no GPU here')\n\n"
+        "    async def run_remote(self) -> int:\n        return 1\n"
+    )
+    with pytest.raises(chains.ChainsRuntimeError, match="chainlet Bad failed to start") as info:
+        chains.push(file)
+    assert "OSError: no GPU here" in str(info.value)
