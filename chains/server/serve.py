@@ -176,6 +176,8 @@ def serve(
         host=host,
         port=port,
         lifespan="on",
+        http="httptools",
+        loop="auto",  # uvloop when installed (a dependency except on Windows)
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=1,
