@@ -113,7 +113,12 @@ class EndpointSpec:
         if self.output_kind == "unary":
             output = type_label(self.output_type)
         elif self.output_kind == "structured" and self.stream_types is not None:
-            output = f"structured stream {self.stream_types!r}"
+            types = self.stream_types
+            parts = [f"header {type_label(types.header_type)}"] if types.header_type is not None else []
+            if types.footer_type is not None:
+                parts.append(f"footer {type_label(types.footer_type)}")
+            extra = f" ({', '.join(parts)})" if parts else ""
+            output = f"structured stream of {type_label(types.item_type)}{extra}"
         else:
             output = f"stream of {type_label(self.output_type)}"
         prefix = "async " if self.is_async else ""
@@ -239,11 +244,12 @@ def analyze_endpoint(
         annotation = hints[p.name]
         problem = _serialization_problem(annotation, "validation")
         if problem:
+            label = locator.annotation_text(METHOD, p.name) or type_label(annotation)
             result.violations.append(
                 locator.at_param(
                     METHOD,
                     p.name,
-                    f"parameter `{p.name}` has type {type_label(annotation)}, which cannot be sent over the "
+                    f"parameter `{p.name}` has type {label}, which cannot be sent over the "
                     f"wire ({problem}); use JSON-compatible types or pydantic models",
                 )
             )
@@ -345,8 +351,9 @@ def _classify_output(method: Any, annotation: Any, locator: Locator, *, stub: bo
     if not is_iterator:
         problem = _serialization_problem(annotation, "serialization")
         if problem:
+            label = locator.annotation_text(METHOD, "return") or type_label(annotation)
             return fail(
-                f"the return type {type_label(annotation)} cannot be sent over the wire ({problem}); "
+                f"the return type {label} cannot be sent over the wire ({problem}); "
                 "use JSON-compatible types or pydantic models"
             )
         out.kind, out.item_type = "unary", annotation

@@ -46,6 +46,24 @@ class Locator:
             return self.at_method(method, message)
         return Violation(self._path_of(func), line, f"{self.cls.__name__}.{method}", message)
 
+    def annotation_text(self, method: str, param: str) -> str | None:
+        """The annotation of ``param`` (or ``"return"``) as written in the source."""
+        func = _function(self.cls.__dict__.get(method))
+        node = _function_node(func) if func is not None else None
+        if node is None:
+            return None
+        if param == "return":
+            annotation = node.returns
+        else:
+            args = node.args
+            found = [a for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg == param]
+            annotation = found[0].annotation if found else None
+        if annotation is None:
+            return None
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            return annotation.value  # a string annotation: its text is the annotation
+        return ast.unparse(annotation)
+
     def _path_of(self, func: Callable[..., Any] | None) -> str:
         return func.__code__.co_filename if func is not None else self.path
 
@@ -70,17 +88,17 @@ def _function(obj: Any) -> Any:
     return obj if inspect.isfunction(obj) else None
 
 
-def _param_line(func: Any, param: str) -> int | None:
-    """The line where ``param`` is written; ``"return"`` and ``"def"`` name the annotation and the def."""
+def _function_node(func: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     try:
-        source = textwrap.dedent(inspect.getsource(func))
-        tree = ast.parse(source)
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
     except (OSError, TypeError, SyntaxError):
         return None
-    node = next(
-        (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)),
-        None,
-    )
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)), None)
+
+
+def _param_line(func: Any, param: str) -> int | None:
+    """The line where ``param`` is written; ``"return"`` and ``"def"`` name the annotation and the def."""
+    node = _function_node(func)
     if node is None:
         return None
     offset: int = func.__code__.co_firstlineno - 1
