@@ -123,6 +123,9 @@ def _secret_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--registry", metavar="PREFIX", help="kubernetes: where the images are pushed.")
 @click.option("--apply", is_flag=True, help="kubernetes: apply the manifests with kubectl.")
 @click.option("--watch", is_flag=True, help="Stay in the foreground and redeploy on source changes.")
+@click.option(
+    "--api-key", envvar="CHAINS_API_KEY", help="Require this API key from the entrypoint's callers."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for readiness.")
 def push(
@@ -139,6 +142,7 @@ def push(
     registry: str | None,
     apply: bool,
     watch: bool,
+    api_key: str | None,
     as_json: bool,
     timeout: float,
 ) -> None:
@@ -159,6 +163,7 @@ def push(
         registry=registry,
         out_dir=Path(out_dir) if out_dir else None,
         apply=apply,
+        api_key=api_key,
     )
     if kind == "export":
         if not (dry_run or apply) or out_dir is None:
@@ -190,14 +195,14 @@ def push(
         }
         click.echo(json.dumps(payload))
     else:
-        click.echo(_push_table(chain, handle.state))
+        click.echo(_push_table(chain, handle.state, with_key=bool(api_key)))
     if watch:
         from chains.watch import watch as run_watch
 
         _guarded(lambda: run_watch(Path(file), chain, entrypoint=entrypoint))
 
 
-def _push_table(chain: Chain, state: Any) -> str:
+def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
     from chains.server.openapi import example_arguments
 
     rows = [("CHAINLET", "URL", "PID", "STATE")]
@@ -217,7 +222,8 @@ def _push_table(chain: Chain, state: Any) -> str:
     example = json.dumps(example_arguments(chain.entrypoint.endpoint))
     curl = (
         f"curl -sN {state.entrypoint_url}/run_remote -H 'Content-Type: application/json' "
-        f"-d {shlex.quote(example)}"
+        + ('-H "Authorization: Bearer $CHAINS_API_KEY" ' if with_key else "")
+        + f"-d {shlex.quote(example)}"
     )
     return (
         f"chain {state.chain!r} is running (target {state.target})\n{table}\n"

@@ -154,6 +154,7 @@ def push_chain(
         chainlets={name: [p.url for p in state.replicas(name)] for name in state.chainlet_names()},
         endpoint=chain.entrypoint.endpoint,
         state=state,
+        api_key=options.api_key,
     )
 
 
@@ -176,6 +177,7 @@ def push(
     secrets: Mapping[str, str] | None = None,
     port: int | None = None,
     timeout: float = 60.0,
+    api_key: str | None = None,
 ) -> ChainHandle:
     """Check, generate and start the chain of ``entrypoint`` (a chainlet class or a file).
 
@@ -195,5 +197,5 @@ def push(
             )
         source = Path(file)
         chain = load_chain(source, entrypoint.__name__, name)
-    options = PushOptions(secrets=dict(secrets or {}), entry_port=port, timeout=timeout)
+    options = PushOptions(secrets=dict(secrets or {}), entry_port=port, timeout=timeout, api_key=api_key)
     return push_chain(chain, source, target, options)

@@ -29,6 +29,7 @@ class PushOptions:
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     entry_port: int | None = None
     timeout: float = 60.0
+    api_key: str | None = field(default=None, repr=False)  # required by the entrypoint when set
     base_image: str | None = None  # docker: the image each chainlet's image builds on
     registry: str | None = None  # kubernetes: where images are pushed, e.g. "registry.example/team"
     out_dir: Path | None = None  # export targets: where to write

@@ -81,7 +81,7 @@ class LocalTarget:
                     replicas=spec.remote_config.compute.replicas,
                     is_entrypoint=spec is chain.entrypoint,
                     code_version=versions.get(spec.name, ""),
-                    env=_environment(chain, spec.name, token, options.secrets),
+                    env=_environment(chain, spec.name, token, options),
                 )
                 for spec in chain.chainlets
             ],
@@ -135,8 +135,9 @@ class LocalTarget:
             log.close()
 
 
-def _environment(chain: Chain, name: str, token: str, secrets_values: Mapping[str, str]) -> dict[str, str]:
+def _environment(chain: Chain, name: str, token: str, options: PushOptions) -> dict[str, str]:
     spec = chain.get(name)
+    secrets_values = options.secrets
     env = dict(spec.remote_config.options.env_variables)
     env.update(
         {
@@ -150,6 +151,8 @@ def _environment(chain: Chain, name: str, token: str, secrets_values: Mapping[st
     for key in spec.remote_config.assets.secret_keys:
         if key in secrets_values:
             env[f"CHAINS_SECRET_{key}"] = secrets_values[key]
+    if spec is chain.entrypoint and options.api_key:
+        env["CHAINS_API_KEY"] = options.api_key
     return env
 
 

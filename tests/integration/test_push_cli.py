@@ -341,3 +341,20 @@ def test_watch_replaces_only_the_changed_chainlet_while_calls_succeed(cli: Cli, 
     finally:
         watcher.send_signal(signal.SIGINT)
         watcher.wait(30)
+
+
+def test_an_api_key_guards_the_entrypoint(cli: Cli) -> None:
+    pushed = cli.push(str(HELLO), "--name", "hello-key", "--api-key", "s3cret-key")
+    url = str(pushed["entrypoint_url"]) + "/run_remote"
+    assert httpx.post(url, json={"names": ["A"]}).status_code == 401
+    assert httpx.post(url, json={"names": ["A"]}, headers={"authorization": "Bearer nope"}).status_code == 401
+    ok = httpx.post(url, json={"names": ["A"]}, headers={"authorization": "Bearer s3cret-key"})
+    assert ok.json() == ["Hello, A!"]
+    refused = cli.run("call", "hello-key", "--json", '{"names": ["A"]}', check=False)
+    assert refused.returncode == 1 and "401" in refused.stderr
+    env_call = subprocess.run(
+        [sys.executable, "-m", "chains", "call", "hello-key", "--json", '{"names": ["B"]}'],
+        capture_output=True, text=True, env={**cli.env, "CHAINS_API_KEY": "s3cret-key"}, timeout=60,
+    )
+    assert json.loads(env_call.stdout) == ["Hello, B!"]
+    assert "s3cret-key" not in cli.run("status", "hello-key", "--json").stdout
