@@ -86,7 +86,9 @@ def summary(chain: Chain, file: str) -> str:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Where to write.")
-def generate(file: str, entrypoint: str | None, out_dir: str) -> None:
+@click.option("--k8s", is_flag=True, help="Also write Kubernetes manifests into --out/kubernetes.")
+@click.option("--registry", metavar="PREFIX", help="--k8s: where the images are pushed.")
+def generate(file: str, entrypoint: str | None, out_dir: str, k8s: bool, registry: str | None) -> None:
     """Generate each chainlet's server, stubs, descriptor and Dockerfile into --out."""
     from codegen import generate as run_generator
 
@@ -94,6 +96,13 @@ def generate(file: str, entrypoint: str | None, out_dir: str) -> None:
     result = _guarded(lambda: run_generator(chain, Path(file), Path(out_dir)))
     for name, generated in result.chainlets.items():
         click.echo(f"{name}: {generated.directory}")
+    if k8s:
+        from chains.targets.kubernetes import write_generated_manifests
+
+        written = _guarded(lambda: write_generated_manifests(chain, Path(file), result, registry=registry))
+        click.echo(
+            f"kubernetes: {written[0].parent} (kubectl apply -k {shlex.quote(str(written[0].parent))})"
+        )
 
 
 # -- push ----------------------------------------------------------------------------------------

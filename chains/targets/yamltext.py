@@ -1,0 +1,104 @@
+"""A small YAML writer for the files export targets write: no dependency, and the same bytes every time.
+
+It writes the JSON data model only (mappings with string keys, lists, strings, numbers, booleans
+and null) in block style, keeping the order of each mapping as given. Strings are written bare
+only when no YAML reader can take them for anything else; otherwise they are double-quoted with
+JSON's escapes, which YAML reads the same way.
+
+>>> print(dump({"kind": "Service", "spec": {"ports": [{"port": 8000, "name": "http"}]}, "x": "on"}), end="")
+kind: Service
+spec:
+  ports:
+    - port: 8000
+      name: http
+x: "on"
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["dump", "dump_all"]
+
+# Bare strings: start with a letter, '/' or '_', then nothing YAML gives a meaning to.
+_PLAIN_RE = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./-]*(?:[ ][A-Za-z0-9_./()-]+)*$")
+# Words YAML 1.1 readers (PyYAML among them) take for booleans or null.
+_SPECIAL_WORDS = frozenset({"y", "yes", "n", "no", "on", "off", "true", "false", "null", "nan", "inf"})
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot write {value!r} as YAML for a JSON-compatible reader")
+        return repr(value)
+    if isinstance(value, str):
+        if _PLAIN_RE.match(value) and value.lower() not in _SPECIAL_WORDS:
+            return value
+        return json.dumps(value, ensure_ascii=False)
+    raise TypeError(f"cannot write a {type(value).__name__} as YAML: {value!r}")
+
+
+def _is_block(value: Any) -> bool:
+    return isinstance(value, Mapping | list | tuple) and len(value) > 0
+
+
+def _empty(value: Any) -> str:
+    return "{}" if isinstance(value, Mapping) else "[]"
+
+
+def _lines(value: Any, indent: int) -> Iterable[str]:
+    pad = " " * indent
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"mapping keys must be strings, got {key!r}")
+            head = f"{pad}{_scalar(key)}:"
+            if _is_block(item):
+                yield head
+                # Lists sit two spaces in under their key, as kubectl and most editors write them.
+                yield from _lines(item, indent + 2)
+            elif isinstance(item, Mapping | list | tuple):
+                yield f"{head} {_empty(item)}"
+            else:
+                yield f"{head} {_scalar(item)}"
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        for item in value:
+            if _is_block(item):
+                inner = list(_lines(item, indent + 2))
+                first = inner[0][indent + 2 :]
+                yield f"{pad}- {first}"
+                yield from inner[1:]
+            elif isinstance(item, Mapping | list | tuple):
+                yield f"{pad}- {_empty(item)}"
+            else:
+                yield f"{pad}- {_scalar(item)}"
+    else:
+        yield f"{pad}{_scalar(value)}"
+
+
+def dump(data: Any, header: str | None = None) -> str:
+    """``data`` as a YAML document ending in a newline; ``header`` becomes ``#`` comment lines on top."""
+    lines = [f"# {line}".rstrip() for line in header.splitlines()] if header else []
+    if isinstance(data, Mapping | list | tuple) and not data:
+        lines.append(_empty(data))
+    else:
+        lines.extend(_lines(data, 0))
+    return "\n".join(lines) + "\n"
+
+
+def dump_all(documents: Sequence[Any], header: str | None = None) -> str:
+    """Several documents in one stream, separated by ``---``."""
+    head = dump({}, header).removesuffix("{}\n") if header else ""
+    return head + "---\n".join(dump(document) for document in documents)
