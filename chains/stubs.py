@@ -19,6 +19,7 @@ on another replica first; a stream is retried only until its first byte.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import random
 import time
@@ -166,8 +167,17 @@ class StubBase:
     def _unary_accept(self) -> str:
         return codec.BINARY_MEDIA_TYPE if self.options.use_binary else "application/json"
 
-    def _next_url(self) -> str:
-        return self.urls[next(self._turn) % len(self.urls)]
+    def _next_url(self, tried: list[str]) -> str:
+        """The next replica in turn that this call has not tried yet (any, once all have been);
+        it is added to ``tried``. Concurrent calls share the turn, so without ``tried`` a retry
+        could land on the replica that has just failed."""
+        url = self.urls[next(self._turn) % len(self.urls)]
+        for _ in range(len(self.urls) - 1):
+            if url not in tried:
+                break
+            url = self.urls[next(self._turn) % len(self.urls)]
+        tried.append(url)
+        return url
 
     # -- deadlines ---------------------------------------------------------------------------
 
@@ -185,16 +195,17 @@ class StubBase:
     async def _with_retries(
         self, call: CallContext, attempt: Callable[..., Awaitable[Any]], *args: Any
     ) -> Any:
+        tried: list[str] = []
         retrying = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(self.options.retries + 1),
-            wait=self._wait,
+            wait=functools.partial(self._wait, tried=tried),
             retry=tenacity.retry_if_exception_type(_Retryable),
             before_sleep=self._count_retry,
             reraise=True,
             sleep=self._sleep_within(call),
         )
         try:
-            return await retrying(attempt, *args)
+            return await retrying(attempt, tried, *args)
         except _Retryable as exc:
             raise self._gave_up(exc) from None
 
@@ -204,10 +215,12 @@ class StubBase:
             return DeadlineExceeded(f"{exc.reason} (after {attempts} attempt(s))")
         return DependencyUnavailable(f"{exc.reason} (after {attempts} attempt(s))")
 
-    def _wait(self, state: tenacity.RetryCallState) -> float:
+    def _wait(self, state: tenacity.RetryCallState, tried: list[str]) -> float:
         exc = state.outcome.exception() if state.outcome is not None else None
-        # A connection failure moves on to another replica at once while untried ones remain.
-        if isinstance(exc, _Retryable) and exc.connection and state.attempt_number < len(self.urls):
+        # Any retryable failure moves on to a replica this call has not tried yet, at once: a
+        # backoff or a Retry-After is about the replica that failed (down, restarting, busy),
+        # not about the others.
+        if isinstance(exc, _Retryable) and len(set(tried)) < len(self.urls):
             return 0.0
         backoff: float = tenacity.wait_exponential_jitter(
             initial=_FIRST_BACKOFF_SEC, max=_MAX_BACKOFF_SEC, jitter=_FIRST_BACKOFF_SEC
@@ -263,9 +276,11 @@ class StubBase:
             if self._metrics is not None:
                 self._metrics.dependency_finished(self.name, outcome, time.perf_counter() - started)
 
-    async def _attempt_unary(self, endpoint: EndpointSpec, body: bytes, call: CallContext) -> Any:
+    async def _attempt_unary(
+        self, tried: list[str], endpoint: EndpointSpec, body: bytes, call: CallContext
+    ) -> Any:
         timeout = self._attempt_timeout(call)
-        url = self._next_url()
+        url = self._next_url(tried)
         try:
             async with asyncio.timeout(timeout):
                 async with self._client().post(
@@ -344,9 +359,9 @@ class StubBase:
             if self._metrics is not None:
                 self._metrics.dependency_finished(self.name, outcome, time.perf_counter() - started)
 
-    async def _open_stream(self, body: bytes, call: CallContext) -> aiohttp.ClientResponse:
+    async def _open_stream(self, tried: list[str], body: bytes, call: CallContext) -> aiohttp.ClientResponse:
         timeout = self._attempt_timeout(call)
-        url = self._next_url()
+        url = self._next_url(tried)
         headers = self._headers(call, timeout, FRAMED_MEDIA_TYPE)
         try:
             async with asyncio.timeout(timeout):
@@ -369,23 +384,24 @@ class StubBase:
         endpoint = self._endpoint()
         body = codec.encode_args(endpoint, args, kwargs, binary=self.options.use_binary)
         call = self._call_context()
+        tried: list[str] = []
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.options.retries + 1),
-            wait=self._wait,
+            wait=functools.partial(self._wait, tried=tried),
             retry=tenacity.retry_if_exception_type(_Retryable),
             before_sleep=self._count_retry,
             reraise=True,
         )
         try:
-            return retrying(self._attempt_sync, endpoint, body, call)
+            return retrying(self._attempt_sync, tried, endpoint, body, call)
         except _Retryable as exc:
             raise self._gave_up(exc) from None
 
-    def _attempt_sync(self, endpoint: EndpointSpec, body: bytes, call: CallContext) -> Any:
+    def _attempt_sync(self, tried: list[str], endpoint: EndpointSpec, body: bytes, call: CallContext) -> Any:
         if self._sync_client is None:
             self._sync_client = httpx.Client(timeout=None)
         timeout = self._attempt_timeout(call)
-        url = self._next_url()
+        url = self._next_url(tried)
         try:
             response = self._sync_client.post(
                 url + "/run_remote",

@@ -179,6 +179,8 @@ class Supervisor:
         replica.process = None
         record.pid = None
         record.last_exit = code
+        if self._others_ready(replica):
+            self._refuse_while_down(replica)
         if not replica.ever_ready:
             record.state = "failed"  # it never started: restarting would fail the same way
             self.write_state()
@@ -196,6 +198,40 @@ class Supervisor:
         replica.restart_at = now + delay
         self._log(replica, f"exited with code {code}; restarting in {delay:.2f}s")
         self.write_state()
+
+    def _others_ready(self, replica: _Replica) -> bool:
+        return any(
+            other is not replica
+            and other.spec.name == replica.spec.name
+            and other.process is not None
+            and other.record.state == "ready"
+            for other in self.replicas
+        )
+
+    def _refuse_while_down(self, replica: _Replica) -> None:
+        """Swap the replica's listening socket for one bound to the same port that does not
+        listen yet, so that connections to it are refused until its new process listens.
+
+        The backlog is what a lone replica wants (calls wait for its restart), but while
+        another replica is ready, a call waiting here would wait for nothing: a refused
+        connection sends it to the live replica at once. Closing the old socket also resets
+        the connections already queued on it, which the stubs retry on the live replica. The
+        new process listens on the socket as it starts serving (asyncio's ``create_server``).
+        """
+        old = replica.sock
+        fresh = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            fresh.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # Bound before the old one closes (SO_REUSEPORT), so the port is never free to take.
+            fresh.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            fresh.bind(old.getsockname())
+        except OSError as exc:
+            fresh.close()
+            self._log(replica, f"keeps its listening socket while down (cannot bind a fresh one: {exc})")
+            return
+        fresh.set_inheritable(True)
+        replica.sock = fresh
+        old.close()
 
     def _log(self, replica: _Replica, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
