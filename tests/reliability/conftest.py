@@ -113,7 +113,9 @@ def status_restarts(name: str) -> dict[str, int]:
     lines = result.stdout.splitlines()
     header = next(line.split() for line in lines if line.strip().startswith("CHAINLET"))
     column = header.index("RESTARTS")
-    rows = [line.split() for line in lines if line.startswith("  ") and not line.strip().startswith("CHAINLET")]
+    rows = [
+        line.split() for line in lines if line.startswith("  ") and not line.strip().startswith("CHAINLET")
+    ]
     return {row[0]: int(row[column]) for row in rows}
 
 

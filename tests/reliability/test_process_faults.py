@@ -135,7 +135,9 @@ def test_kill_9_of_a_dependency_under_load_fails_no_call(chains_home: Path) -> N
 def test_kill_9_of_one_of_two_replicas_costs_no_call_and_no_wait(chains_home: Path) -> None:
     restart_init = float(os.environ.get("RESTART_INIT_SEC", "3"))
     with pushed("PairEntry", "pair") as chain:
-        load, kills = asyncio.run(run_with_kills(chain.entrypoint_url, "pair", "PairedDoubler", [5.0], replica=0))
+        load, kills = asyncio.run(
+            run_with_kills(chain.entrypoint_url, "pair", "PairedDoubler", [5.0], replica=0)
+        )
         restarts = status_restarts("pair")
     (kill,) = kills
     # Every call that ran while replica 0 was down or starting again.

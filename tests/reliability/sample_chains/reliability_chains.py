@@ -111,7 +111,9 @@ class Producer(chains.ChainletBase):
                     await asyncio.sleep(delay)
         except BaseException as exc:
             # What the cancellation test looks for: the generator was stopped, and when.
-            logger.warning("producer stopped after %d items: %s at %.3f", sent, type(exc).__name__, time.time())
+            logger.warning(
+                "producer stopped after %d items: %s at %.3f", sent, type(exc).__name__, time.time()
+            )
             raise
 
 
