@@ -71,8 +71,8 @@ def _readme(wiring: ChainWiring, head: str, chainlets_dir: str) -> str:
         "<!-- " + head.replace("\n", " ") + " -->",
         f"# Chain `{wiring.chain}` on Kubernetes",
         "",
-        "1. Build and push one image per chainlet (the build contexts are the generated directories; "
-        "each needs a wheel of the chains SDK in its `wheels/` folder, which the docker target puts there):",
+        "1. Build one image per chainlet from its generated directory (its build context; the docker "
+        "target prepares and builds these contexts, see docs/deploy.md) and push it under this name:",
         "",
         "   ```sh",
     ]

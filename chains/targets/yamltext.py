@@ -2,8 +2,8 @@
 
 It writes the JSON data model only (mappings with string keys, lists, strings, numbers, booleans
 and null) in block style, keeping the order of each mapping as given. Strings are written bare
-only when no YAML reader can take them for anything else; otherwise they are double-quoted with
-JSON's escapes, which YAML reads the same way.
+only when no YAML reader can take them for anything else; otherwise they are double-quoted, with
+every character YAML does not allow raw escaped.
 
 >>> print(dump({"kind": "Service", "spec": {"ports": [{"port": 8000, "name": "http"}]}, "x": "on"}), end="")
 kind: Service
@@ -16,7 +16,6 @@ x: "on"
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,6 +27,21 @@ __all__ = ["dump", "dump_all"]
 _PLAIN_RE = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./-]*(?:[ ][A-Za-z0-9_./()-]+)*$")
 # Words YAML 1.1 readers (PyYAML among them) take for booleans or null.
 _SPECIAL_WORDS = frozenset({"y", "yes", "n", "no", "on", "off", "true", "false", "null", "nan", "inf"})
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char in '"\\':
+        return "\\" + char
+    printable = 0x20 <= code <= 0x7E or 0xA0 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD or code >= 0x10000
+    if printable and code not in (0x2028, 0x2029):  # line and paragraph separators break lines
+        return char
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def _quoted(text: str) -> str:
+    """A double-quoted scalar: characters YAML forbids raw (and quotes, backslashes) escaped."""
+    return '"' + "".join(_escape(char) for char in text) + '"'
 
 
 def _scalar(value: Any) -> str:
@@ -42,11 +56,13 @@ def _scalar(value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"cannot write {value!r} as YAML for a JSON-compatible reader")
-        return repr(value)
+        text = repr(value)
+        # YAML 1.1 readers need a '.' in a float with an exponent (1.0e-05, not 1e-05).
+        return text if "." in text or "e" not in text else text.replace("e", ".0e", 1)
     if isinstance(value, str):
         if _PLAIN_RE.match(value) and value.lower() not in _SPECIAL_WORDS:
             return value
-        return json.dumps(value, ensure_ascii=False)
+        return _quoted(value)
     raise TypeError(f"cannot write a {type(value).__name__} as YAML: {value!r}")
 
 
