@@ -58,6 +58,7 @@ class ExportTarget(Protocol):
 # say) are needed only by those who use it.
 TARGETS: dict[str, tuple[str, str, str]] = {
     "local": ("chains.targets.local", "LocalTarget", "running"),
+    "docker": ("chains.targets.docker", "DockerTarget", "running"),
     "kubernetes": ("chains.targets.kubernetes", "KubernetesTarget", "export"),
     "compose": ("chains.targets.compose", "ComposeTarget", "export"),
 }

@@ -97,6 +97,8 @@ class ChainletProcess(pydantic.BaseModel):
     log: str = ""
     directory: str = ""
     code_version: str = ""
+    container: str | None = None  # docker target: the container's name
+    image: str | None = None  # docker target: the image it runs
 
 
 class ChainState(pydantic.BaseModel):
@@ -110,6 +112,7 @@ class ChainState(pydantic.BaseModel):
     entrypoint_kind: str = "unary"
     entrypoint_url: str
     supervisor_pid: int = 0  # local target
+    base_image: str | None = None  # docker target: what --base-image was, for --watch's re-pushes
     processes: list[ChainletProcess]
     updated_at: float = pydantic.Field(default_factory=time.time)
     stopping: bool = False

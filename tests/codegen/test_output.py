@@ -131,8 +131,11 @@ def test_requirements_and_dockerfile(generated: dict[str, GeneratedChain]) -> No
     dockerfile = (generated["streams"].chainlets["Generator"].directory / "Dockerfile").read_text()
     assert "FROM python:3.11-slim\n" in dockerfile
     assert "        ffmpeg \\\n        curl \\\n" in dockerfile
-    assert "COPY wheels/ /tmp/wheels/\nRUN pip install /tmp/wheels/*.whl" in dockerfile
-    assert "RUN pip install -r requirements.txt\n" in dockerfile
+    # Installed with no index, from the wheels the docker target puts in the build context.
+    assert "COPY wheels/ /tmp/wheels/\nCOPY requirements.txt ./\n" in dockerfile
+    install = "RUN pip install --no-index --find-links /tmp/wheels /tmp/wheels/*.whl -r requirements.txt"
+    assert install in dockerfile
+    assert "RUN pip install --no-index --no-deps /tmp/sdk/*.whl" in dockerfile
     assert "USER chains\n" in dockerfile
     assert (
         "HEALTHCHECK" in dockerfile

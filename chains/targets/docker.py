@@ -1,0 +1,667 @@
+"""The docker target: one image per chainlet, one container per replica, one network per chain.
+
+``chains push FILE --target docker`` generates every chainlet, builds the images that are not
+built yet (an image is tagged with the chainlet's code version and a digest of what it
+installs, so an unchanged chainlet is never rebuilt), creates a user-defined network for the
+deployment and starts a container per replica, named ``<chain>-<chainlet>[-<i>]`` and reached
+by its dependants by that name on that network. Only the entrypoint is published, on
+127.0.0.1. Readiness is the engine's health status (the image's ``HEALTHCHECK`` on
+``/readyz``); a container that exits or turns unhealthy fails the push with its last log
+lines, and the push leaves nothing of itself behind.
+
+Re-pushing a running chain starts the new containers, on a network of their own, while the
+old ones still serve; once they are ready the old ones are removed and the new ones take the
+plain names. The entrypoint's host port is the exception: a port can be published by one
+container at a time and publishing is fixed when a container is created, so to keep the
+entrypoint's URL the old entrypoint is stopped (draining its calls) just before the new one
+starts: a gap of about its start-up time (one to two seconds). Pushing with another
+``--port`` has no gap. If the new entrypoint does not become ready the old one is started
+again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import queue
+import secrets
+import shutil
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chains.checks import Chain, ChainletSpec
+from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.targets import PushOptions, running_target
+from chains.targets.docker_engine import Build, Engine, connect, describe_state
+from chains.targets.images import image_name
+from chains.targets.local import _environment
+from chains.targets.state import (
+    ChainletProcess,
+    ChainState,
+    current_state,
+    forget,
+    make_current,
+    new_deployment_dir,
+    write_private,
+)
+from chains.targets.wheelhouse import dependency_wheels, sdk_requirements, sdk_wheel, wheelhouse_key
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+    from codegen import GeneratedChain
+
+__all__ = ["CONTAINER_PORT", "DockerTarget"]
+
+CONTAINER_PORT = 8000  # what every chainlet listens on inside its container
+BUILD_TIMEOUT_SEC = 1800.0  # all builds of one push: bounded, but far beyond any sane build
+KEEP_OLD_IMAGES = 2  # per chainlet, besides the one in use
+HANDOFF_GRACE_SEC = 10.0  # how long the old entrypoint may drain before the new one takes its port
+_LOG_TAIL_LINES = 30
+_POLL_SEC = 0.1
+_BUILD_WORKERS = 4
+LABEL = "chains.chain"
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass
+class _Replica:
+    spec: ChainletSpec
+    index: int
+    alias: str  # the name dependants reach it by, and the container's final name
+    name: str  # the container's name now (the alias, or a temporary one during a re-push)
+    is_entrypoint: bool
+    container: Container | None = None
+    host_port: int | None = None
+
+
+@dataclass
+class _Plan:
+    """One push in progress: what it created, so that a failure removes exactly that."""
+
+    chain: Chain
+    deploy_id: str
+    network: str
+    replicas: list[_Replica] = field(default_factory=list)
+    images: dict[str, str] = field(default_factory=dict)  # chainlet -> image tag
+    paused: list[Container] = field(default_factory=list)  # old entrypoints stopped for the handoff
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {LABEL: self.chain.name, "chains.deployment": self.deploy_id}
+
+
+class DockerTarget:
+    """Builds, starts, replaces and stops docker deployments of a chain."""
+
+    def __init__(self, log: Callable[[str], None] | None = None) -> None:
+        self.log = log or _stderr
+
+    def _prefixed(self, chainlet: str) -> Callable[[str], None]:
+        return lambda line: self.log(f"[{chainlet}] {line}")
+
+    # -- push ------------------------------------------------------------------------------------
+
+    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
+        from codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
+
+        engine = connect()
+        previous = current_state(chain.name)
+        deploy_dir = new_deployment_dir(chain.name)
+        plan = _Plan(chain, deploy_dir.name, f"chains-{chain.name}-{deploy_dir.name}")
+        base_image = options.base_image or DEFAULT_BASE_IMAGE
+        try:
+            result = generate(chain, source_file, deploy_dir / "generated", base_image=base_image)
+            plan.images = self._images(engine, chain, result, base_image)
+            state = self._start(engine, plan, result, options, previous, source_file)
+            state.base_image = options.base_image
+            write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
+        except BaseException:
+            self._discard(engine, plan)
+            shutil.rmtree(deploy_dir, ignore_errors=True)
+            raise
+        make_current(chain.name, deploy_dir)
+        if previous is not None:
+            with contextlib.suppress(ChainsRuntimeError):
+                running_target(previous.target).stop(previous, grace=15.0)
+            forget(chain.name, keep=deploy_dir.name)
+        if self._take_final_names(engine, plan, state):
+            write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
+        self._prune_images(engine, plan)
+        return state
+
+    def _images(
+        self, engine: Engine, chain: Chain, result: GeneratedChain, base_image: str
+    ) -> dict[str, str]:
+        """Every chainlet's image tag, building the images the engine does not have yet."""
+        sdk = sdk_wheel()
+        sdk_reqs = sdk_requirements()
+        base_ids: dict[str, str] = {}
+        tags: dict[str, str] = {}
+        builds: list[tuple[tuple[str, ...], Build]] = []
+        for spec in chain.chainlets:
+            generated = result.chainlets[spec.name]
+            image = spec.remote_config.docker_image
+            base = image.base_image or base_image
+            if base not in base_ids:
+                base_ids[base] = engine.base_image(base, self.log)
+            target = engine.python_of(base_ids[base])
+            requirements = [*sdk_reqs, *_requirement_lines(generated.directory / "requirements.txt")]
+            wheels_key = wheelhouse_key(requirements, target)
+            # The code version covers the generated files (Dockerfile included); what the image
+            # installs from outside them is the SDK, the wheels and the base image's content.
+            installs = hashlib.sha256(f"{sdk.digest} {wheels_key} {base_ids[base]}".encode()).hexdigest()
+            tag = image_name(chain.name, spec.name, f"{generated.code_version[:24]}-{installs[:12]}")
+            tags[spec.name] = tag
+            if engine.image_id(tag):
+                self.log(f"[{spec.name}] image {tag} is up to date")
+                continue
+            wheels = dependency_wheels(requirements, target, self._prefixed(spec.name))
+            labels = {
+                LABEL: chain.name,
+                "chains.chainlet": spec.name,
+                "chains.code_version": generated.code_version,
+            }
+            build = Build(spec.name, tag, generated.directory, wheels, sdk.path, labels)
+            # Chainlets whose images share every step up to their own code share those layers.
+            shared = (base_ids[base], wheels_key, *image.apt_requirements)
+            builds.append((shared, build))
+        if builds:
+            self._build_all(engine, builds)
+        for spec in chain.chainlets:
+            # Also tagged with the bare code version: the name the compose and kubernetes
+            # exports refer to, so their files run the images this push built.
+            repository, _, _ = image_name(chain.name, spec.name, "x").rpartition(":")
+            with contextlib.suppress(engine.errors.DockerException):
+                engine.client.api.tag(tags[spec.name], repository, result.chainlets[spec.name].code_version)
+        return tags
+
+    def _build_all(self, engine: Engine, builds: list[tuple[tuple[str, ...], Build]]) -> None:
+        """Build in parallel: first one image per distinct set of shared steps, then the rest,
+        which then find those steps in the engine's cache instead of running them again."""
+        deadline = time.monotonic() + BUILD_TIMEOUT_SEC
+        leaders: dict[tuple[str, ...], Build] = {}
+        for shared, build in builds:
+            leaders.setdefault(shared, build)
+        rest = [b for _, b in builds if b not in leaders.values()]
+        started = time.monotonic()
+        names = ", ".join(b.chainlet for _, b in builds)
+        self.log(f"building {len(builds)} image(s): {names}")
+        with ThreadPoolExecutor(max_workers=_BUILD_WORKERS, thread_name_prefix="chains-build") as pool:
+            for wave in (list(leaders.values()), rest):
+                futures = [pool.submit(engine.build, b, self._prefixed(b.chainlet), deadline) for b in wave]
+                errors = [f.exception() for f in futures]  # waits for every build of the wave
+                failed = [e for e in errors if e is not None]
+                if failed:
+                    raise failed[0]
+        self.log(f"built {len(builds)} image(s) in {time.monotonic() - started:.1f}s")
+
+    def _start(
+        self,
+        engine: Engine,
+        plan: _Plan,
+        result: GeneratedChain,
+        options: PushOptions,
+        previous: ChainState | None,
+        source_file: Path,
+    ) -> ChainState:
+        chain = plan.chain
+        token = secrets.token_urlsafe(32)
+        previous_live = previous is not None and previous.alive
+        entry_port = options.entry_port
+        if entry_port is None and previous is not None and previous.target == "docker" and previous_live:
+            entry_port = _port_of(previous.entrypoint_url)  # keep the entrypoint's URL across pushes
+        handoff = previous is not None and previous_live and entry_port == _port_of(previous.entrypoint_url)
+        if entry_port is not None and not handoff:
+            _check_port_free(entry_port)
+        engine.client.networks.create(plan.network, driver="bridge", labels=plan.labels, check_duplicate=True)
+        for spec in chain.chainlets:
+            count = spec.remote_config.compute.replicas
+            for index in range(count):
+                alias = f"{chain.name}-{spec.name}" + (f"-{index}" if count > 1 else "")
+                name = self._free_name(engine, alias, chain.name, plan.deploy_id, previous)
+                plan.replicas.append(_Replica(spec, index, alias, name, spec is chain.entrypoint))
+        urls: dict[str, list[str]] = {}
+        for replica in plan.replicas:
+            urls.setdefault(replica.spec.name, []).append(f"http://{replica.alias}:{CONTAINER_PORT}")
+        cpus = engine.cpu_count()
+        started = time.monotonic()
+        self.log(f"starting {len(plan.replicas)} container(s) on network {plan.network}")
+        for replica in plan.replicas:
+            port = entry_port if replica.is_entrypoint and replica.index == 0 else None
+            replica.container = self._create(engine, plan, replica, token, urls, options, port, cpus)
+        entry = [r for r in plan.replicas if r.is_entrypoint]
+        inner = [r for r in plan.replicas if not r.is_entrypoint]
+        deadline = time.monotonic() + options.timeout
+        if handoff:
+            # Everything but the entrypoint first, while the old deployment still serves.
+            self._run(engine, inner, deadline, options.timeout)
+            assert previous is not None
+            self.log(f"[{chain.entrypoint.name}] taking over port {entry_port} from the running entrypoint")
+            plan.paused = self._pause_entrypoints(engine, previous)
+            self._run(engine, entry, time.monotonic() + options.timeout, options.timeout)
+        else:
+            self._run(engine, plan.replicas, deadline, options.timeout)
+        self.log(f"every container is healthy after {time.monotonic() - started:.1f}s")
+        return ChainState(
+            chain=chain.name,
+            deployment=plan.deploy_id,
+            target="docker",
+            source=str(source_file),
+            entrypoint=chain.entrypoint.name,
+            entrypoint_kind=chain.entrypoint.endpoint.output_kind,
+            entrypoint_url=f"http://127.0.0.1:{entry[0].host_port}",
+            processes=[self._record(r, result, plan.images[r.spec.name]) for r in plan.replicas],
+        )
+
+    def _free_name(
+        self, engine: Engine, alias: str, chain: str, deploy_id: str, previous: ChainState | None
+    ) -> str:
+        """``alias`` when no container has it, else a temporary name until the old one is gone."""
+        existing = engine.container(alias)
+        if existing is None:
+            return alias
+        labels = existing.labels or {}
+        if labels.get(LABEL) != chain:
+            raise ChainsUsageError(
+                f"a container named {alias} exists and is not part of chain {chain!r}; remove it "
+                f"(docker rm -f {alias}) or push the chain under another --name"
+            )
+        if previous is None or labels.get("chains.deployment") != previous.deployment:
+            # Left by a push or a stop that was cut short: nothing records it any more.
+            with contextlib.suppress(engine.errors.DockerException):
+                existing.remove(force=True)
+            return alias
+        return f"{alias}-{deploy_id[-6:]}"
+
+    def _create(
+        self,
+        engine: Engine,
+        plan: _Plan,
+        replica: _Replica,
+        token: str,
+        urls: Mapping[str, list[str]],
+        options: PushOptions,
+        entry_port: int | None,
+        cpus: int,
+    ) -> Container:
+        chain, spec = plan.chain, replica.spec
+        # The same variables as a local process gets (secrets, API key, options), from the same sources.
+        env = _environment(chain, spec.name, token, options)
+        env["CHAINS_ENVIRONMENT"] = "docker"
+        env["CHAINS_DEPENDENCY_URLS"] = json.dumps({d.name: urls[d.name] for d in spec.dependencies})
+        compute = spec.remote_config.compute
+        if compute.cpu_count > cpus:
+            self.log(
+                f"[{spec.name}] Compute(cpu_count={compute.cpu_count:g}) is more than the engine's {cpus} "
+                f"CPU(s): limited to {cpus}"
+            )
+        # No host port given: the engine picks a free one, with no race against other programs.
+        binding: Any = ("127.0.0.1", entry_port)
+        ports = {f"{CONTAINER_PORT}/tcp": binding} if replica.is_entrypoint else {}
+        labels = {**plan.labels, "chains.chainlet": spec.name, "chains.replica": str(replica.index)}
+        try:
+            container: Container = engine.client.containers.create(
+                plan.images[spec.name],
+                name=replica.name,
+                hostname=replica.alias,
+                environment=env,  # secrets too: set when the container starts, never in an image
+                labels=labels,
+                network=plan.network,
+                networking_config={
+                    plan.network: engine.client.api.create_endpoint_config(aliases=[replica.alias])
+                },
+                ports=ports,
+                nano_cpus=int(min(compute.cpu_count, cpus) * 1e9),
+                mem_limit=compute.memory_bytes,
+                healthcheck=_fast_healthcheck(engine, plan.images[spec.name]),
+                # Like the local supervisor: a crashed chainlet is restarted, a few times.
+                restart_policy={"Name": "on-failure", "MaximumRetryCount": 5},
+                detach=True,
+            )
+        except engine.errors.APIError as exc:
+            raise ChainsRuntimeError(
+                f"the container of chainlet {spec.name} could not be created: {exc.explanation or exc}"
+            ) from None
+        return container
+
+    def _run(self, engine: Engine, replicas: list[_Replica], deadline: float, timeout: float) -> None:
+        """Start ``replicas`` and wait until the engine reports every one healthy."""
+        for replica in replicas:
+            assert replica.container is not None
+            try:
+                replica.container.start()
+            except engine.errors.APIError as exc:
+                reason = exc.explanation or str(exc)
+                if "address already in use" in str(reason) or "port is already allocated" in str(reason):
+                    raise ChainsUsageError(
+                        f"the entrypoint's port on 127.0.0.1 is in use ({reason}); pick another with --port"
+                    ) from None
+                raise ChainsRuntimeError(f"chainlet {replica.spec.name} did not start: {reason}") from None
+        waiting = list(replicas)
+        while waiting:
+            for replica in list(waiting):
+                assert replica.container is not None
+                health, state = engine.health(replica.container)
+                if health == "ready":
+                    waiting.remove(replica)
+                    if replica.is_entrypoint:
+                        replica.host_port = _published_port(replica.container)
+                elif health in ("failed", "gone"):
+                    tail = engine.log_tail(replica.container, _LOG_TAIL_LINES)
+                    raise ChainsRuntimeError(
+                        f"chainlet {replica.spec.name} failed to start: its container {replica.name} "
+                        f"{describe_state(state) if state else 'is gone'}{_tail_section(replica.name, tail)}"
+                    )
+            if waiting and time.monotonic() > deadline:
+                names = ", ".join(r.name for r in waiting)
+                tails = "".join(
+                    _tail_section(r.name, engine.log_tail(r.container, _LOG_TAIL_LINES))
+                    for r in waiting
+                    if r.container is not None
+                )
+                raise ChainsRuntimeError(
+                    f"not healthy after {timeout:.0f}s: {names} (raise --timeout if they are slow){tails}"
+                )
+            if waiting:
+                time.sleep(_POLL_SEC)
+
+    def _pause_entrypoints(self, engine: Engine, previous: ChainState) -> list[Container]:
+        """Stop the previous deployment's entrypoint containers, freeing the published port."""
+        if previous.target != "docker":
+            # A local supervisor cannot hand its port over on its own: stop that deployment.
+            running_target(previous.target).stop(previous, grace=HANDOFF_GRACE_SEC)
+            return []
+        entry = previous.entrypoint
+        old = [
+            c
+            for c in engine.containers({LABEL: previous.chain, "chains.deployment": previous.deployment})
+            if (c.labels or {}).get("chains.chainlet") == entry
+        ]
+        for container in old:
+            with contextlib.suppress(engine.errors.DockerException):
+                container.stop(timeout=int(HANDOFF_GRACE_SEC))
+        return old
+
+    def _record(self, replica: _Replica, result: GeneratedChain, image: str) -> ChainletProcess:
+        assert replica.container is not None
+        host_port = replica.host_port
+        url = (
+            f"http://127.0.0.1:{host_port}"
+            if replica.is_entrypoint
+            else f"http://{replica.alias}:{CONTAINER_PORT}"  # reachable on the chain's network only
+        )
+        generated = result.chainlets[replica.spec.name]
+        return ChainletProcess(
+            chainlet=replica.spec.name,
+            replica=replica.index,
+            port=host_port or CONTAINER_PORT,
+            url=url,
+            state="ready",
+            started_at=_started_at(replica.container.attrs) or time.time(),
+            directory=str(generated.directory),
+            code_version=generated.code_version,
+            container=replica.name,
+            image=image,
+        )
+
+    def _take_final_names(self, engine: Engine, plan: _Plan, state: ChainState) -> bool:
+        """Rename containers started under temporary names, now that the old ones are gone."""
+        renamed = False
+        for replica, record in zip(plan.replicas, state.processes, strict=True):
+            if replica.name == replica.alias or replica.container is None:
+                continue
+            try:
+                replica.container.rename(replica.alias)
+            except engine.errors.APIError as exc:
+                self.log(f"[{replica.spec.name}] keeps the name {replica.name}: {exc.explanation or exc}")
+                continue
+            replica.name = record.container = replica.alias
+            renamed = True
+        return renamed
+
+    def _prune_images(self, engine: Engine, plan: _Plan) -> None:
+        """Keep the images in use and the newest few before them per chainlet (so that going
+        back to recent code needs no build), and remove older ones."""
+        for name, current in plan.images.items():
+            filters: dict[str, Any] = {"label": [f"{LABEL}={plan.chain.name}", f"chains.chainlet={name}"]}
+            with contextlib.suppress(engine.errors.DockerException):
+                images = engine.client.images.list(filters=filters)
+                others = [i for i in images if current not in i.tags]
+                others.sort(key=lambda i: str(i.attrs.get("Created", "")), reverse=True)
+                for image in others[KEEP_OLD_IMAGES:]:
+                    with contextlib.suppress(engine.errors.DockerException):
+                        engine.client.images.remove(str(image.id))  # refused while a container uses it
+
+    def _discard(self, engine: Engine, plan: _Plan) -> None:
+        """Remove whatever this push created; start again the old entrypoints it stopped."""
+        try:
+            for container in engine.containers(plan.labels):
+                with contextlib.suppress(engine.errors.DockerException):
+                    container.remove(force=True)
+            for network in engine.client.networks.list(
+                filters={"label": f"chains.deployment={plan.deploy_id}"}
+            ):
+                with contextlib.suppress(engine.errors.DockerException):
+                    network.remove()
+            for container in plan.paused:
+                with contextlib.suppress(engine.errors.DockerException):
+                    container.start()
+        except engine.errors.DockerException as exc:
+            self.log(f"could not remove everything the failed push created: {exc}")
+
+    # -- status, logs, stop ----------------------------------------------------------------------
+
+    def alive(self, state: ChainState) -> bool:
+        """Whether every container of the deployment runs; refreshes each process's state from
+        the engine as it goes, so that ``chains status`` shows live health."""
+        try:
+            engine = connect(timeout=10)
+            found = _by_replica(
+                engine.containers({LABEL: state.chain, "chains.deployment": state.deployment})
+            )
+        except ChainsRuntimeError:
+            return False
+        running = bool(state.processes)
+        for process in state.processes:
+            container = found.get((process.chainlet, process.replica))
+            if container is None:
+                process.state = "stopped"
+                running = False
+                continue
+            attrs = container.attrs
+            status = attrs.get("State", {})
+            health = (status.get("Health") or {}).get("Status")
+            process.restarts = int(attrs.get("RestartCount") or 0)
+            process.container = container.name
+            if status.get("Restarting"):
+                process.state = "restarting"
+            elif status.get("Status") != "running":
+                process.state = "failed" if status.get("ExitCode") else "stopped"
+            elif health == "unhealthy":
+                process.state = "failed"
+            else:
+                process.state = "starting" if health == "starting" else "ready"
+                process.started_at = _started_at(attrs) or process.started_at
+            running = running and status.get("Status") == "running"
+        return running
+
+    def logs(self, state: ChainState, chainlet: str | None, follow: bool, lines: int) -> Iterator[str]:
+        engine = connect()
+        found = _by_replica(engine.containers({LABEL: state.chain, "chains.deployment": state.deployment}))
+        order = {name: i for i, name in enumerate(state.chainlet_names())}
+        chosen = sorted(
+            ((key, c) for key, c in found.items() if chainlet is None or key[0] == chainlet),
+            key=lambda item: (order.get(item[0][0], len(order)), item[0][1]),
+        )
+        if not chosen:
+            raise ChainsRuntimeError(
+                f"chain {state.chain!r} has no containers on the engine any more; push it again"
+            )
+        counts: dict[str, int] = {}
+        for (name, _), _container in chosen:
+            counts[name] = counts.get(name, 0) + 1
+        labelled = [
+            (f"{name}-{index}" if counts[name] > 1 else name, container)
+            for (name, index), container in chosen
+        ]
+        if len(labelled) == 1:
+            yield from engine.log_lines(labelled[0][1], follow, lines)
+            return
+        if not follow:
+            for label, container in labelled:
+                for line in engine.log_lines(container, False, lines):
+                    yield f"{label} | {line}"
+            return
+        yield from _merged(engine, labelled, lines)
+
+    def stop(self, state: ChainState, grace: float) -> None:
+        """Stop (SIGTERM, then ``grace`` seconds to drain) and remove every container of the
+        deployment, then its network."""
+        try:
+            engine = connect()
+        except ChainsRuntimeError as exc:
+            raise ChainsRuntimeError(
+                f"{exc}\nchain {state.chain!r} was not stopped: its containers may still run; run "
+                f"`chains stop {state.chain}` again once the engine answers"
+            ) from None
+        labels = {LABEL: state.chain, "chains.deployment": state.deployment}
+        containers = engine.containers(labels)
+
+        def remove(container: Container) -> str | None:
+            try:
+                if container.status == "running":
+                    container.stop(timeout=max(1, round(grace)))
+                container.remove(force=True)
+            except engine.errors.NotFound:
+                pass
+            except engine.errors.DockerException as exc:
+                return f"{container.name}: {exc}"
+            return None
+
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(containers)))) as pool:
+            problems = [p for p in pool.map(remove, containers) if p]
+        for network in engine.client.networks.list(
+            filters={"label": f"chains.deployment={state.deployment}"}
+        ):
+            try:
+                network.remove()
+            except engine.errors.NotFound:
+                pass
+            except engine.errors.DockerException as exc:
+                problems.append(f"network {network.name}: {exc}")
+        if problems:
+            raise ChainsRuntimeError(
+                f"chain {state.chain!r} was not fully removed:\n  " + "\n  ".join(problems)
+            )
+
+
+def _merged(engine: Engine, labelled: list[tuple[str, Container]], lines: int) -> Iterator[str]:
+    """Follow several containers' logs at once, each line prefixed with its replica's label."""
+    lines_queue: queue.Queue[str] = queue.Queue(maxsize=10_000)
+    done = threading.Event()
+
+    def pump(label: str, container: Container) -> None:
+        with contextlib.suppress(Exception):
+            for line in engine.log_lines(container, True, lines):
+                if done.is_set():
+                    return
+                lines_queue.put(f"{label} | {line}")
+
+    threads = [threading.Thread(target=pump, args=item, daemon=True) for item in labelled]
+    for thread in threads:
+        thread.start()
+    try:
+        while any(t.is_alive() for t in threads) or not lines_queue.empty():
+            with contextlib.suppress(queue.Empty):
+                yield lines_queue.get(timeout=0.2)
+    finally:
+        done.set()
+
+
+def _fast_healthcheck(engine: Engine, image: str) -> dict[str, Any] | None:
+    """The image's own health probe, run every second instead of every few seconds.
+
+    The engine runs a container's first probe one interval after it starts, so the interval
+    is the floor of every push's time to ready (and of the entrypoint's gap on a re-push).
+    Engines from API 1.44 on have a separate start-up interval; the SDK cannot pass it yet,
+    so a one-second interval it is, at the price of a probe per second per container (a few
+    milliseconds of CPU each).
+    """
+    config = engine.client.api.inspect_image(image).get("Config") or {}  # type: ignore[no-untyped-call]
+    test = (config.get("Healthcheck") or {}).get("Test")
+    if not test or test == ["NONE"]:
+        return None
+    second = 1_000_000_000
+    return {
+        "test": test,
+        "interval": second,
+        "timeout": 3 * second,
+        "retries": 3,
+        "start_period": 60 * second,
+    }
+
+
+def _tail_section(name: str, tail: str) -> str:
+    return f"\n--- last lines of {name} ---\n{tail.rstrip()}"
+
+
+def _by_replica(containers: list[Container]) -> dict[tuple[str, int], Container]:
+    found: dict[tuple[str, int], Container] = {}
+    for container in containers:
+        labels = container.labels or {}
+        with contextlib.suppress(KeyError, ValueError):
+            found[(labels["chains.chainlet"], int(labels["chains.replica"]))] = container
+    return found
+
+
+def _requirement_lines(path: Path) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _published_port(container: Container) -> int:
+    ports = container.attrs.get("NetworkSettings", {}).get("Ports") or {}
+    bindings = ports.get(f"{CONTAINER_PORT}/tcp") or []
+    for binding in bindings:
+        if binding.get("HostIp") in ("127.0.0.1", "") and binding.get("HostPort"):
+            return int(binding["HostPort"])
+    raise ChainsRuntimeError(f"the engine did not publish {container.name}'s port on 127.0.0.1")
+
+
+def _started_at(attrs: Mapping[str, Any]) -> float | None:
+    text = str(attrs.get("State", {}).get("StartedAt") or "")
+    if not text or text.startswith("0001-"):
+        return None
+    # The engine writes nanoseconds, which datetime does not parse: cut to microseconds.
+    head, _, rest = text.partition(".")
+    fraction = "".join(ch for ch in rest if ch.isdigit())[:6]
+    try:
+        return datetime.fromisoformat(f"{head}.{fraction or '0'}+00:00").timestamp()
+    except ValueError:
+        return None
+
+
+def _port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def _check_port_free(port: int) -> None:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise ChainsUsageError(f"port {port} on 127.0.0.1 is in use; pick another with --port") from None
