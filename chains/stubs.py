@@ -157,7 +157,10 @@ class StubBase:
 
     def _headers(self, call: CallContext, attempt_timeout: float, accept: str) -> dict[str, str]:
         content_type = codec.BINARY_MEDIA_TYPE if self.options.use_binary else "application/json"
-        headers = {"content-type": content_type, "accept": accept}
+        # The session does not decompress (auto_decompress=False), so it must not invite a
+        # compressed answer: aiohttp would otherwise offer gzip, and a compressing proxy on the
+        # way would hand the frame decoder or the JSON codec gzip bytes.
+        headers = {"content-type": content_type, "accept": accept, "accept-encoding": "identity"}
         headers.update(CallContext(call.request_id, time.monotonic() + attempt_timeout).headers())
         if self._token:
             headers["authorization"] = f"Bearer {self._token}"

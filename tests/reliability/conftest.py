@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import random
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -25,7 +27,6 @@ from chains.deploy import ChainHandle, push_chain, stop_chain
 from chains.loader import load_chain
 from chains.targets import PushOptions
 from chains.targets.state import ChainState, Deployment, chain_dir, read_state
-from tests.helpers import free_port
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -135,6 +136,28 @@ def metric(url: str, name: str) -> float:
     return 0.0
 
 
+_handed_out: set[int] = set()
+
+
+def unique_port() -> int:
+    """A free port on 127.0.0.1 that no other caller in this session got, below the kernel's
+    ephemeral range: a port that ``bind(0)`` handed out and released could be handed out again,
+    or taken by an outgoing connection, before the process meant to listen on it binds it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(1000):
+        port = random.randrange(max(1024, low - 12000), low)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise AssertionError("no free port found below the ephemeral range")
+
+
 # -- nginx ------------------------------------------------------------------------------------
 
 
@@ -161,7 +184,7 @@ class Site:
     name: str
     upstream: str
     directives: list[str] = field(default_factory=list)
-    port: int = field(default_factory=free_port)
+    port: int = field(default_factory=unique_port)
 
     @property
     def url(self) -> str:
@@ -247,8 +270,6 @@ http {{
 
 
 def _listening(port: int) -> bool:
-    import socket
-
     with socket.socket() as sock:
         sock.settimeout(0.2)
         return sock.connect_ex(("127.0.0.1", port)) == 0
