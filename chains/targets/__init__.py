@@ -61,6 +61,7 @@ TARGETS: dict[str, tuple[str, str, str]] = {
     "docker": ("chains.targets.docker", "DockerTarget", "running"),
     "kubernetes": ("chains.targets.kubernetes", "KubernetesTarget", "export"),
     "compose": ("chains.targets.compose", "ComposeTarget", "export"),
+    "truss": ("chains.targets.truss", "TrussTarget", "export"),
 }
 
 
