@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from chains.chainlet import ChainletBase, DependencyMarker, building_with, const
 from chains.checks import ChainletSpec, build_chain
 from chains.context import DeploymentContext, Secrets, ServiceDescriptor
 from chains.errors import ChainsUsageError, DeadlineExceeded, ErrorDetail, RemoteError
+from chains.limits import CallLimit
 from chains.stream_codecs import decode_framed, encode_framed, shape_of
 
 __all__ = ["LocalStub", "run_local"]
@@ -112,7 +113,7 @@ class LocalStub:
         self._instance = instance
         self._marker = marker
         self._serialize = serialize
-        self._semaphore: asyncio.Semaphore | None = None
+        self._limit = CallLimit(marker.concurrency_limit)
         endpoint = self._endpoint
         method: Callable[..., Any]
         if endpoint.is_stream:
@@ -149,20 +150,9 @@ class LocalStub:
     def _remote(self, exc: BaseException) -> RemoteError:
         return RemoteError.from_detail(ErrorDetail.from_exception(exc, self._spec.name))
 
-    @asynccontextmanager
-    async def _slot(self) -> AsyncIterator[None]:
-        limit = self._marker.concurrency_limit
-        if limit is None:
-            yield
-            return
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(limit)
-        async with self._semaphore:
-            yield
-
     async def _call_async(self, *args: Any, **kwargs: Any) -> Any:
         arguments = self._arguments(args, kwargs)
-        async with self._slot():
+        async with self._limit.slot():
             try:
                 async with asyncio.timeout(self._marker.timeout_sec):
                     value = await self._endpoint.call(self._instance.run_remote, arguments)  # type: ignore[attr-defined]
@@ -188,7 +178,7 @@ class LocalStub:
     async def _stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         arguments = self._arguments(args, kwargs)
         endpoint = self._endpoint
-        async with self._slot():
+        async with self._limit.slot():
             source = self._endpoint.call(self._instance.run_remote, arguments)  # type: ignore[attr-defined]
             # A structured stream is framed even without serialize: its reader needs the end
             # frame that a server appends, or it would report the stream as interrupted.

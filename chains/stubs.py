@@ -24,7 +24,6 @@ import itertools
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -46,6 +45,7 @@ from chains.errors import (
     RemoteError,
     StreamInterrupted,
 )
+from chains.limits import CallLimit
 from chains.locations import Locator
 from chains.server.metrics import Metrics
 from chains.server.settings import DEFAULT_MAX_FRAME_BYTES
@@ -116,7 +116,7 @@ class StubBase:
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._sync_client: httpx.Client | None = None
-        self._semaphore: asyncio.Semaphore | None = None
+        self._limit = CallLimit(self.options.concurrency_limit)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(self.urls)})"
@@ -248,17 +248,6 @@ class StubBase:
         if self._metrics is not None:
             self._metrics.dependency_retried(self.name)
 
-    @asynccontextmanager
-    async def _slot(self) -> AsyncIterator[None]:
-        limit = self.options.concurrency_limit
-        if limit is None:
-            yield
-            return
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(limit)
-        async with self._semaphore:
-            yield
-
     # -- unary calls -------------------------------------------------------------------------
 
     async def call_remote(self, *args: Any, **kwargs: Any) -> Any:
@@ -271,7 +260,7 @@ class StubBase:
         if self._metrics is not None:
             self._metrics.dependency_started(self.name)
         try:
-            async with self._slot():
+            async with self._limit.slot():
                 result = await self._with_retries(call, self._attempt_unary, endpoint, body, call)
             outcome = "ok"
             return result
@@ -345,7 +334,7 @@ class StubBase:
         if self._metrics is not None:
             self._metrics.dependency_started(self.name)
         try:
-            async with self._slot():
+            async with self._limit.slot():
                 response: aiohttp.ClientResponse = await self._with_retries(
                     call, self._open_stream, body, call
                 )
