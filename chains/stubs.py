@@ -47,7 +47,7 @@ from chains.errors import (
 )
 from chains.limits import CallLimit
 from chains.locations import Locator
-from chains.server.metrics import Metrics
+from chains.server.metrics import DependencyCall, Metrics
 from chains.server.settings import DEFAULT_MAX_FRAME_BYTES
 from chains.stream_codecs import FRAMED_MEDIA_TYPE, decode_framed, shape_of
 
@@ -255,18 +255,11 @@ class StubBase:
         endpoint = self._endpoint()
         body = codec.encode_args(endpoint, args, kwargs, binary=self.options.use_binary)
         call = self._call_context()
-        started = time.perf_counter()
-        outcome = "error"
-        if self._metrics is not None:
-            self._metrics.dependency_started(self.name)
-        try:
+        with DependencyCall(self._metrics, self.name) as record:
             async with self._limit.slot():
                 result = await self._with_retries(call, self._attempt_unary, endpoint, body, call)
-            outcome = "ok"
+            record.ok = True
             return result
-        finally:
-            if self._metrics is not None:
-                self._metrics.dependency_finished(self.name, outcome, time.perf_counter() - started)
 
     async def _attempt_unary(
         self, tried: list[str], endpoint: EndpointSpec, body: bytes, call: CallContext
@@ -329,11 +322,7 @@ class StubBase:
         shape = shape_of(endpoint)
         body = codec.encode_args(endpoint, args, kwargs, binary=self.options.use_binary)
         call = self._call_context()
-        started = time.perf_counter()
-        outcome = "error"
-        if self._metrics is not None:
-            self._metrics.dependency_started(self.name)
-        try:
+        with DependencyCall(self._metrics, self.name) as record:
             async with self._limit.slot():
                 response: aiohttp.ClientResponse = await self._with_retries(
                     call, self._open_stream, body, call
@@ -342,14 +331,11 @@ class StubBase:
                     chunks = _chunks(response, self.name)
                     async for item in decode_framed(shape, chunks, max_frame_size=self._max_frame_bytes):
                         yield item
-                    outcome = "ok"
+                    record.ok = True
                 finally:
                     # Closing, not releasing: if the consumer stopped early the producer must
                     # see the disconnect and cancel its generator.
                     response.close()
-        finally:
-            if self._metrics is not None:
-                self._metrics.dependency_finished(self.name, outcome, time.perf_counter() - started)
 
     async def _open_stream(self, tried: list[str], body: bytes, call: CallContext) -> aiohttp.ClientResponse:
         timeout = self._attempt_timeout(call)

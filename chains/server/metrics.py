@@ -7,10 +7,11 @@ call is two dict updates, which keeps the per-request cost negligible.
 from __future__ import annotations
 
 import bisect
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-__all__ = ["LATENCY_BUCKETS", "Metrics"]
+__all__ = ["LATENCY_BUCKETS", "DependencyCall", "Metrics"]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -135,3 +136,29 @@ def _histogram_lines(name: str, labels: str, hist: _Histogram) -> list[str]:
     lines.append(f"{name}_sum{{{labels}}} {hist.total:.6f}")
     lines.append(f"{name}_count{{{labels}}} {hist.samples}")
     return lines
+
+
+class DependencyCall:
+    """Records one call to a dependency, from start to finish, in ``metrics`` (if any)::
+
+    with DependencyCall(metrics, "Words") as record:
+        result = await ...
+        record.ok = True
+    """
+
+    def __init__(self, metrics: Metrics | None, dependency: str) -> None:
+        self._metrics = metrics
+        self._dependency = dependency
+        self.ok = False
+        self._started = 0.0
+
+    def __enter__(self) -> DependencyCall:
+        self._started = time.perf_counter()
+        if self._metrics is not None:
+            self._metrics.dependency_started(self._dependency)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._metrics is not None:
+            outcome = "ok" if self.ok else "error"
+            self._metrics.dependency_finished(self._dependency, outcome, time.perf_counter() - self._started)
