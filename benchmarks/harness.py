@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -300,14 +301,17 @@ def free_port() -> int:
 def probe(
     port: int,
     path: str,
-    body: bytes,
+    body: bytes | None,
     headers: Mapping[str, str] = JSON_HEADERS,
     timeout_s: float = 2.0,
 ) -> tuple[int, bytes]:
-    """POST once with the standard library and return the status and body."""
+    """POST ``body`` once (GET when it is None) with the standard library; return the status and body."""
     conn = http.client.HTTPConnection(HOST, port, timeout=timeout_s)
     try:
-        conn.request("POST", path, body=body, headers=dict(headers))
+        if body is None:
+            conn.request("GET", path)
+        else:
+            conn.request("POST", path, body=body, headers=dict(headers))
         response = conn.getresponse()
         return response.status, response.read()
     finally:
@@ -334,16 +338,50 @@ def serve(
     broken app fails here, not as a wall of wrk errors.
     """
     port = free_port()
-    argv = options.argv(app, port)
+    with serve_command(
+        options.argv(app, port),
+        port,
+        ready_path=ready_path,
+        ready_body=ready_body,
+        ready_headers=ready_headers,
+        env=env,
+        cwd=cwd,
+        cpus=cpus,
+        startup_timeout_s=startup_timeout_s,
+        stop_timeout_s=stop_timeout_s,
+    ) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def serve_command(
+    argv: Sequence[str],
+    port: int,
+    *,
+    ready_path: str,
+    ready_body: bytes | None,
+    ready_headers: Mapping[str, str] = JSON_HEADERS,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    cpus: frozenset[int] | None = None,
+    startup_timeout_s: float = 20.0,
+    stop_timeout_s: float = 10.0,
+) -> Iterator[RunningServer]:
+    """Run any HTTP server command that listens on 127.0.0.1:``port`` until the block exits.
+
+    For servers that are not an import string for uvicorn, such as a generated chainlet's ``server.py``.
+    Readiness is a POST of ``ready_body`` to ``ready_path`` answering 2xx (a GET when ``ready_body`` is
+    None); a 503 means "still starting" and is retried until ``startup_timeout_s``.
+    """
     # The apps are imported by module path, so the repository root must be importable from the child.
-    root = cwd or Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parent.parent
     child_env = {**os.environ, **(env or {})}
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), child_env.get("PYTHONPATH")]))
     # A file, not a pipe: nobody reads the pipe while wrk runs, and a full pipe would stall the server.
     with tempfile.TemporaryFile() as log_file:
         process = subprocess.Popen(
-            argv,
-            cwd=root,
+            list(argv),
+            cwd=cwd or root,
             env=child_env,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
@@ -359,7 +397,7 @@ def serve(
 
 
 def _wait_ready(
-    server: RunningServer, path: str, body: bytes, headers: Mapping[str, str], timeout_s: float
+    server: RunningServer, path: str, body: bytes | None, headers: Mapping[str, str], timeout_s: float
 ) -> None:
     deadline = time.monotonic() + timeout_s
     last_error = "no attempt"
@@ -375,7 +413,10 @@ def _wait_ready(
         else:
             if 200 <= status < 300:
                 return
-            raise RuntimeError(f"readiness probe got {status}: {reply[:500]!r}\n{server.log_text()}")
+            if status != 503:
+                raise RuntimeError(f"readiness probe got {status}: {reply[:500]!r}\n{server.log_text()}")
+            # 503: listening, but still starting (a chainlet server answers so until __init__ is done).
+            last_error = f"503 {reply[:200]!r}"
         time.sleep(0.05)
     raise TimeoutError(f"server not ready after {timeout_s:g}s ({last_error}):\n{server.log_text()}")
 
@@ -415,6 +456,8 @@ class CpuUsage:
     ``other_s`` is the rest of the machine: kernel network time for the loopback traffic (so it is never
     zero) plus any process that is not ours. A run whose ``other_s`` jumps was disturbed; a run whose
     ``server_s`` is well below ``wall_s`` under many connections means the server was not the bottleneck.
+    When a target is several processes (a chain of servers), ``server_s`` is their sum and
+    ``server_parts_s`` has each one's share, in the order of the target's pids.
     """
 
     wall_s: float
@@ -422,6 +465,7 @@ class CpuUsage:
     wrk_s: float
     other_s: float
     steal_s: float
+    server_parts_s: tuple[float, ...] = ()
 
 
 def _machine_cpu(tick: float) -> tuple[float, float]:
@@ -438,34 +482,46 @@ def _clock_tick() -> float:
     return float(os.sysconf("SC_CLK_TCK"))
 
 
-class _CpuMeter:
-    """Reads /proc, so it measures on Linux only; elsewhere every figure reads as zero."""
+def process_cpu_s(pid: int, tick: float | None = None) -> float:
+    """User + system CPU-seconds used so far by process ``pid`` (0 when it cannot be read)."""
+    try:
+        # The command name in field 2 may contain spaces; the fields after its closing parenthesis
+        # start at field 3, which puts utime and stime (fields 14 and 15) at indexes 11 and 12.
+        after = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(after[11]) + int(after[12])) / (tick or _clock_tick())
 
-    def __init__(self, server_pid: int) -> None:
-        self._server_pid = server_pid
+
+class CpuMeter:
+    """Measures where CPU time goes while a block runs; reads /proc, so Linux only (zeros elsewhere).
+
+    The load generator's share (``CpuUsage.wrk_s``) is the CPU of this process's children that were
+    waited for meanwhile (wrk), or with ``client_is_self`` this process's own, for a client written in
+    Python that runs here instead.
+    """
+
+    def __init__(self, server_pids: Sequence[int], *, client_is_self: bool = False) -> None:
+        self._server_pids = tuple(server_pids)
+        self._who = resource.RUSAGE_SELF if client_is_self else resource.RUSAGE_CHILDREN
         self._tick = _clock_tick()
 
-    def _server(self) -> float:
-        try:
-            # The command name in field 2 may contain spaces; the fields after its closing parenthesis
-            # start at field 3, which puts utime and stime (fields 14 and 15) at indexes 11 and 12.
-            after = Path(f"/proc/{self._server_pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return 0.0
-        return (int(after[11]) + int(after[12])) / self._tick
+    def _servers(self) -> list[float]:
+        return [process_cpu_s(pid, self._tick) for pid in self._server_pids]
 
     @contextlib.contextmanager
     def measure(self) -> Iterator[list[CpuUsage]]:
         out: list[CpuUsage] = []
-        wall0, (busy0, steal0), server0 = time.monotonic(), _machine_cpu(self._tick), self._server()
+        wall0, (busy0, steal0), servers0 = time.monotonic(), _machine_cpu(self._tick), self._servers()
         # wrk is the only child that is waited for meanwhile (the servers are still running), so the
         # growth of the children's usage is wrk's.
-        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        client0 = resource.getrusage(self._who)
         yield out
-        children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        wall1, (busy1, steal1), server1 = time.monotonic(), _machine_cpu(self._tick), self._server()
-        wrk_s = (children1.ru_utime - children0.ru_utime) + (children1.ru_stime - children0.ru_stime)
-        server_s = server1 - server0
+        client1 = resource.getrusage(self._who)
+        wall1, (busy1, steal1), servers1 = time.monotonic(), _machine_cpu(self._tick), self._servers()
+        wrk_s = (client1.ru_utime - client0.ru_utime) + (client1.ru_stime - client0.ru_stime)
+        parts = tuple(after - before for before, after in zip(servers0, servers1, strict=True))
+        server_s = sum(parts)
         out.append(
             CpuUsage(
                 wall_s=wall1 - wall0,
@@ -473,6 +529,7 @@ class _CpuMeter:
                 wrk_s=wrk_s,
                 other_s=max(0.0, (busy1 - busy0) - server_s - wrk_s),
                 steal_s=steal1 - steal0,
+                server_parts_s=parts,
             )
         )
 
@@ -559,6 +616,28 @@ class Summary:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A server that is already running, as :func:`measure_interleaved` loads it.
+
+    ``pids`` are the processes whose CPU time counts as the server's: one for a plain app, every hop's
+    process for a chain.
+    """
+
+    name: str
+    url: str
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=lambda: dict(JSON_HEADERS))
+    pids: tuple[int, ...] = ()
+
+    def probe(self) -> tuple[int, bytes]:
+        """Send wrk's request once, with the standard library: the status and the body."""
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.hostname != HOST or parts.port is None:
+            raise ValueError(f"load is only ever sent to {HOST}, not to {self.url}")
+        return probe(parts.port, parts.path or "/", self.body, self.headers)
+
+
 def run_interleaved(
     targets: Sequence[Target],
     loads: Sequence[LoadSpec],
@@ -576,15 +655,10 @@ def run_interleaved(
     every target in turn, which puts runs of competing targets seconds apart instead of minutes.
     """
     ensure_wrk(log)
-    results: dict[tuple[str, LoadSpec], list[Run]] = {(t.name, ld): [] for t in targets for ld in loads}
-    if len(results) != len(targets) * len(loads):
-        raise ValueError("target names and load specs must be unique")
-    busy = machine_busy()
-    if busy > 0.2:
-        log(f"warning: other processes are using {busy:.2f} cores; expect noisier runs")
     with contextlib.ExitStack() as stack:
-        servers = {
-            t.name: stack.enter_context(
+        endpoints = []
+        for t in targets:
+            server = stack.enter_context(
                 serve(
                     t.app,
                     ready_path=t.path,
@@ -595,31 +669,54 @@ def run_interleaved(
                     cpus=server_cpus,
                 )
             )
-            for t in targets
-        }
-        meters = {name: _CpuMeter(server.process.pid) for name, server in servers.items()}
-        if warmup_s > 0:
-            # Lets lazy imports, pydantic's first validations and CPython's adaptive specialization
-            # settle before anything is recorded.
-            warmup = LoadSpec(connections=max(ld.connections for ld in loads), duration_s=warmup_s)
-            for t in targets:
-                run_wrk(servers[t.name].url(t.path), t.body, warmup, headers=t.headers, cpus=wrk_cpus)
-        for round_no in range(1, rounds + 1):
-            for load in loads:
-                for t in targets:
-                    with meters[t.name].measure() as usage:
-                        result = run_wrk(
-                            servers[t.name].url(t.path), t.body, load, headers=t.headers, cpus=wrk_cpus
-                        )
-                    results[(t.name, load)].append(Run(result, usage[0]))
-                    log(
-                        f"round {round_no}/{rounds} c={load.connections:<3} {t.name:<16} "
-                        f"{result.requests_per_s:9.0f} rps  p50 {result.p50_ms:7.3f} ms  "
-                        f"p99 {result.p99_ms:7.3f} ms  errors {result.errors}  "
-                        f"cpu server {usage[0].server_s:5.2f}s wrk {usage[0].wrk_s:5.2f}s "
-                        f"other {usage[0].other_s:5.2f}s"
-                    )
-    return [Summary(t.name, ld, tuple(results[(t.name, ld)])) for ld in loads for t in targets]
+            endpoints.append(Endpoint(t.name, server.url(t.path), t.body, t.headers, (server.process.pid,)))
+        return measure_interleaved(
+            endpoints, loads, rounds=rounds, warmup_s=warmup_s, wrk_cpus=wrk_cpus, log=log
+        )
+
+
+def measure_interleaved(
+    endpoints: Sequence[Endpoint],
+    loads: Sequence[LoadSpec],
+    *,
+    rounds: int = 3,
+    warmup_s: float = 1.0,
+    wrk_cpus: frozenset[int] | None = None,
+    log: Log = log_stderr,
+) -> list[Summary]:
+    """What :func:`run_interleaved` does once its servers run, for servers started by other means.
+
+    Each round runs each load against every endpoint in turn; the summaries are in load order, then
+    endpoint order.
+    """
+    ensure_wrk(log)
+    results: dict[tuple[str, LoadSpec], list[Run]] = {(e.name, ld): [] for e in endpoints for ld in loads}
+    if len(results) != len(endpoints) * len(loads):
+        raise ValueError("endpoint names and load specs must be unique")
+    busy = machine_busy()
+    if busy > 0.2:
+        log(f"warning: other processes are using {busy:.2f} cores; expect noisier runs")
+    meters = {e.name: CpuMeter(e.pids) for e in endpoints}
+    if warmup_s > 0:
+        # Lets lazy imports, pydantic's first validations and CPython's adaptive specialization settle
+        # before anything is recorded.
+        warmup = LoadSpec(connections=max(ld.connections for ld in loads), duration_s=warmup_s)
+        for e in endpoints:
+            run_wrk(e.url, e.body, warmup, headers=e.headers, cpus=wrk_cpus)
+    for round_no in range(1, rounds + 1):
+        for load in loads:
+            for e in endpoints:
+                with meters[e.name].measure() as usage:
+                    result = run_wrk(e.url, e.body, load, headers=e.headers, cpus=wrk_cpus)
+                results[(e.name, load)].append(Run(result, usage[0]))
+                log(
+                    f"round {round_no}/{rounds} c={load.connections:<3} {e.name:<16} "
+                    f"{result.requests_per_s:9.0f} rps  p50 {result.p50_ms:7.3f} ms  "
+                    f"p99 {result.p99_ms:7.3f} ms  errors {result.errors}  "
+                    f"cpu server {usage[0].server_s:5.2f}s wrk {usage[0].wrk_s:5.2f}s "
+                    f"other {usage[0].other_s:5.2f}s"
+                )
+    return [Summary(e.name, ld, tuple(results[(e.name, ld)])) for ld in loads for e in endpoints]
 
 
 # ------------------------------------------------------------------------------------- environment
