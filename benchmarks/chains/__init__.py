@@ -1,0 +1,1 @@
+"""Small chains that the HTTP benchmarks generate with ``codegen`` and serve as real chainlet servers."""
