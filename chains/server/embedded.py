@@ -101,6 +101,16 @@ class EmbeddedChainlet:
         ``token`` is the chain's internal token. With ``trust_callers``, every request is passed
         in with it, for platforms whose own gateway has authenticated the caller already.
         """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise ChainsUsageError(
+                "EmbeddedChainlet.load builds the chainlet on an event loop of its own: call it from a "
+                "worker thread (as Truss calls load()), "
+                "e.g. `await asyncio.to_thread(EmbeddedChainlet.load, ...)`"
+            )
         server = Path(directory) / "server.py"
         if not server.is_file():
             raise ChainsUsageError(
