@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import queue
 import secrets
 import shutil
@@ -122,7 +123,8 @@ class DockerTarget:
         previous = current_state(chain.name)
         deploy_dir = new_deployment_dir(chain.name)
         plan = _Plan(chain, deploy_dir.name, f"chains-{chain.name}-{deploy_dir.name}")
-        base_image = options.base_image or DEFAULT_BASE_IMAGE
+        # As on the command line: CHAINS_BASE_IMAGE also serves chains.push() from Python.
+        base_image = options.base_image or os.environ.get("CHAINS_BASE_IMAGE") or DEFAULT_BASE_IMAGE
         try:
             result = generate(chain, source_file, deploy_dir / "generated", base_image=base_image)
             plan.images = self._images(engine, chain, result, base_image)
@@ -175,7 +177,9 @@ class DockerTarget:
                 "chains.chainlet": spec.name,
                 "chains.code_version": generated.code_version,
             }
-            build = Build(spec.name, tag, generated.directory, wheels, sdk.path, labels)
+            build = Build(
+                spec.name, tag, generated.directory, wheels, sdk.path, labels, bool(image.apt_requirements)
+            )
             # Chainlets whose images share every step up to their own code share those layers.
             shared = (base_ids[base], wheels_key, *image.apt_requirements)
             builds.append((shared, build))
@@ -241,7 +245,12 @@ class DockerTarget:
         started = time.monotonic()
         self.log(f"starting {len(plan.replicas)} container(s) on network {plan.network}")
         for replica in plan.replicas:
-            port = entry_port if replica.is_entrypoint and replica.index == 0 else None
+            port = None
+            if replica.is_entrypoint:
+                # Always an explicit host port: a stopped container started again (the old
+                # entrypoint after a failed handoff, every container after an engine restart)
+                # gets a new random port otherwise, and the chain's URL would change.
+                port = entry_port if replica.index == 0 and entry_port is not None else _free_port()
             replica.container = self._create(engine, plan, replica, token, urls, options, port, cpus)
         entry = [r for r in plan.replicas if r.is_entrypoint]
         inner = [r for r in plan.replicas if not r.is_entrypoint]
@@ -309,7 +318,6 @@ class DockerTarget:
                 f"[{spec.name}] Compute(cpu_count={compute.cpu_count:g}) is more than the engine's {cpus} "
                 f"CPU(s): limited to {cpus}"
             )
-        # No host port given: the engine picks a free one, with no race against other programs.
         binding: Any = ("127.0.0.1", entry_port)
         ports = {f"{CONTAINER_PORT}/tcp": binding} if replica.is_entrypoint else {}
         labels = {**plan.labels, "chains.chainlet": spec.name, "chains.replica": str(replica.index)}
@@ -458,8 +466,10 @@ class DockerTarget:
                 with contextlib.suppress(engine.errors.DockerException):
                     network.remove()
             for container in plan.paused:
-                with contextlib.suppress(engine.errors.DockerException):
+                try:
                     container.start()
+                except engine.errors.DockerException as exc:
+                    self.log(f"could not start the previous entrypoint {container.name} again: {exc}")
         except engine.errors.DockerException as exc:
             self.log(f"could not remove everything the failed push created: {exc}")
 
@@ -657,6 +667,12 @@ def _started_at(attrs: Mapping[str, Any]) -> float | None:
 
 def _port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def _free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _check_port_free(port: int) -> None:

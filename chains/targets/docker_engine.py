@@ -94,6 +94,9 @@ class Build:
     wheels: Path  # dependency wheels, copied to wheels/
     sdk_wheel: Path  # copied to sdk/
     labels: Mapping[str, str]
+    # Installing from wheels in the context needs no network, and an engine may have no default
+    # bridge for build steps to use; only apt requirements need one (and a reachable mirror).
+    needs_network: bool = False
 
 
 class Engine:
@@ -177,6 +180,7 @@ class Engine:
                     forcerm=True,
                     pull=False,
                     decode=True,
+                    network_mode=None if build.needs_network else "none",
                 )
                 for chunk in stream:
                     if time.monotonic() > deadline:
