@@ -1,0 +1,120 @@
+"""Tests on a real container engine: real images, containers and networks, no mocks.
+
+They run when an engine answers at ``DOCKER_HOST`` (or the default socket) and has the base
+image ``CHAINS_TEST_BASE_IMAGE`` (default ``chains-python:bookworm``, which
+``docker/build-base-image.sh`` builds with no registry). Otherwise they are skipped, saying
+why; with ``CHAINS_REQUIRE_DOCKER=1`` (CI) they fail instead.
+
+Chains pushed here have names starting with ``dk-``; whatever a test leaves on the engine
+under those names is removed after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chains.errors import ChainsRuntimeError
+
+REQUIRED = os.environ.get("CHAINS_REQUIRE_DOCKER") == "1"
+BASE_IMAGE = os.environ.get("CHAINS_TEST_BASE_IMAGE") or "chains-python:bookworm"
+ROOT = Path(__file__).parents[2]
+
+
+def unavailable(reason: str) -> None:
+    if REQUIRED:
+        pytest.fail(f"CHAINS_REQUIRE_DOCKER=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def engine() -> Any:
+    """The engine the tests run on (a ``chains.targets.docker_engine.Engine``)."""
+    try:
+        import docker  # noqa: F401
+    except ImportError:
+        unavailable("the docker SDK is not installed (pip install -e '.[dev]')")
+    from chains.targets.docker_engine import connect
+
+    try:
+        found = connect(timeout=10)
+    except ChainsRuntimeError as exc:
+        unavailable(f"no container engine: {exc}")
+        raise
+    if found.image_id(BASE_IMAGE) is None:
+        unavailable(
+            f"the base image {BASE_IMAGE} is not on the engine; build it with "
+            f"docker/build-base-image.sh {BASE_IMAGE}, or name another with CHAINS_TEST_BASE_IMAGE"
+        )
+    return found
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One wheel cache for the session: wheels are gathered once, by the first push."""
+    return tmp_path_factory.mktemp("chains-cache")
+
+
+class Cli:
+    """The ``chains`` command line in a subprocess, with state in a folder of the test's own."""
+
+    def __init__(self, home: Path, cache: Path) -> None:
+        self.home = home
+        self.env = {
+            **os.environ,
+            "CHAINS_HOME": str(home),
+            "CHAINS_CACHE_DIR": str(cache),
+            "CHAINS_BASE_IMAGE": BASE_IMAGE,
+        }
+
+    def run(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "chains", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"chains {' '.join(args)} failed ({result.returncode}):\n{result.stderr}\n{result.stdout}"
+            )
+        return result
+
+    def push(self, *args: str) -> tuple[dict[str, Any], str]:
+        """``chains push ... --target docker --json``: the JSON it printed, and its progress."""
+        result = self.run("push", *args, "--target", "docker", "--json")
+        payload: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
+        return payload, result.stderr
+
+    def state(self, name: str) -> dict[str, Any]:
+        state: dict[str, Any] = json.loads(self.run("status", name, "--json").stdout)
+        return state
+
+
+def remove_chain(engine: Any, name: str) -> None:
+    """Remove every container and network of chain ``name`` from the engine."""
+    for container in engine.containers({"chains.chain": name}):
+        container.remove(force=True)
+    for network in engine.client.networks.list(filters={"label": f"chains.chain={name}"}):
+        network.remove()
+
+
+@pytest.fixture
+def cli(engine: Any, tmp_path: Path, cache_dir: Path) -> Iterator[Cli]:
+    tool = Cli(tmp_path / "home", cache_dir)
+    yield tool
+    for state_file in tool.home.glob("*/state.json"):
+        tool.run("stop", state_file.parent.name, check=False)
+
+
+def dangling_images(engine: Any) -> set[str]:
+    return {str(image.id) for image in engine.client.images.list(filters={"dangling": True})}

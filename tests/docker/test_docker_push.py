@@ -1,0 +1,253 @@
+"""``chains push --target docker`` on a real engine: the streaming example, and a chain of three
+chainlets with a replica set, through the command line and the Python API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import chains
+from chains.sse import SSE
+from tests.docker.conftest import ROOT, Cli, dangling_images, remove_chain
+from tests.helpers import write_chain
+
+pytestmark = pytest.mark.docker
+
+STREAMING = ROOT / "examples" / "streaming" / "chain.py"
+
+THREE = '''
+    """Entry -> Mid (two replicas) -> Leaf, each reporting the host that served it."""
+
+    import socket
+    from collections.abc import AsyncIterator
+
+    import pydantic
+
+    import chains
+
+
+    class Echo(pydantic.BaseModel):
+        host: str
+        text: str
+        secret_ok: bool = False
+
+
+    class Leaf(chains.ChainletBase):
+        remote_config = chains.RemoteConfig(assets=chains.Assets(secret_keys=["leaf_key"]))
+
+        def __init__(self, context: chains.DeploymentContext = chains.depends_context()) -> None:
+            self._key = context.secrets["leaf_key"]
+
+        async def run_remote(self, text: str) -> AsyncIterator[Echo]:
+            print(f"leaf splits {text!r}", flush=True)
+            for word in text.split():
+                yield Echo(host=socket.gethostname(), text=word, secret_ok=self._key == "s3cret")
+
+
+    class Mid(chains.ChainletBase):
+        remote_config = chains.RemoteConfig(
+            compute=chains.Compute(replicas=2, cpu_count=0.5, memory="300Mi")
+        )
+
+        def __init__(self, leaf: Leaf = chains.depends(Leaf)) -> None:
+            self._leaf = leaf
+
+        async def run_remote(self, text: str) -> list[Echo]:
+            words = [echo async for echo in self._leaf.run_remote(text)]
+            return [Echo(host=socket.gethostname(), text=str(len(words))), *words]
+
+
+    @chains.mark_entrypoint("dk-three")
+    class Entry(chains.ChainletBase):
+        def __init__(self, mid: Mid = chains.depends(Mid)) -> None:
+            self._mid = mid
+
+        async def run_remote(self, text: str, calls: int = 1) -> AsyncIterator[Echo]:
+            for _ in range(calls):
+                for echo in await self._mid.run_remote(text):
+                    yield echo
+            yield Echo(host=socket.gethostname(), text="done")
+'''
+
+
+# -- the streaming example, through the Python API ----------------------------------------------
+
+
+def test_streaming_example_every_stream_form(
+    engine: Any, tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHAINS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CHAINS_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("CHAINS_BASE_IMAGE", Cli(tmp_path, cache_dir).env["CHAINS_BASE_IMAGE"])
+    remove_chain(engine, "dk-streaming")
+    with chains.push(STREAMING, target="docker", name="dk-streaming", timeout=120) as chain:
+        assert chain.target == "docker"
+        assert chain.entrypoint_url.startswith("http://127.0.0.1:")
+        # Framed (the stubs' form), on the host: the entrypoint's str stream.
+        text = "".join(chain.call(prompt="to be", max_tokens=4))
+        # Between containers: Generator's structured stream (header, items, footer) and Words'
+        # typed items, both framed on the chain's network.
+        assert text == "[4 tokens for 'to be'] to be to be\n[usage: 4 tokens; {\"tokens\":4}]"
+
+        raw = httpx.post(f"{chain.entrypoint_url}/run_remote", json={"prompt": "to be", "max_tokens": 4})
+        assert raw.status_code == 200 and raw.headers["content-type"].startswith("text/plain")
+        assert raw.text == text
+
+        sse = httpx.post(
+            f"{chain.entrypoint_url}/run_remote",
+            json={"prompt": "to be", "max_tokens": 4},
+            headers={"accept": "text/event-stream"},
+        )
+        assert sse.headers["content-type"].startswith("text/event-stream")
+
+        async def events() -> list[SSE]:
+            async def chunks() -> Any:
+                yield sse.content
+
+            return [event async for event in SSE.from_chunks(chunks())]
+
+        parsed = asyncio.run(events())
+        assert "".join(e.data for e in parsed if e.event is None) == text
+        assert parsed[-1].event == "end"
+
+        names = {c.name for c in engine.containers({"chains.chain": "dk-streaming"})}
+        assert names == {"dk-streaming-Entry", "dk-streaming-Generator", "dk-streaming-Words"}
+    assert engine.containers({"chains.chain": "dk-streaming"}) == []
+
+
+# -- three chainlets, a replica set, through the command line ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def three(engine: Any, tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator[dict[str, Any]]:
+    """The chain pushed once for the tests below, which run in order: the last ones re-push
+    and stop it."""
+    remove_chain(engine, "dk-three")
+    folder = tmp_path_factory.mktemp("three")
+    file = write_chain(folder / "chain", THREE)
+    cli = Cli(folder / "home", cache_dir)
+    dangling = dangling_images(engine)
+    pushed, progress = cli.push(str(file), "--secret", "leaf_key=s3cret", "--timeout", "120")
+    info = {"cli": cli, "file": file, "pushed": pushed, "progress": progress, "dangling": dangling}
+    yield info
+    cli.run("stop", "dk-three", check=False)
+    remove_chain(engine, "dk-three")
+
+
+def _containers(engine: Any) -> dict[str, Any]:
+    return {c.name: c for c in engine.containers({"chains.chain": "dk-three"})}
+
+
+def test_three_chainlets_are_running(engine: Any, three: dict[str, Any]) -> None:
+    pushed = three["pushed"]
+    assert pushed["name"] == "dk-three" and pushed["target"] == "docker"
+    assert set(pushed["chainlets"]) == {"Entry", "Mid", "Leaf"}
+    assert pushed["chainlets"]["Mid"] == ["http://dk-three-Mid-0:8000", "http://dk-three-Mid-1:8000"]
+    assert set(_containers(engine)) == {"dk-three-Entry", "dk-three-Mid-0", "dk-three-Mid-1", "dk-three-Leaf"}
+    status = three["cli"].run("status", "dk-three").stdout
+    assert status.count("ready") == 4 and "Mid[1]" in status, status
+
+
+def test_dependencies_are_reached_by_container_name(engine: Any, three: dict[str, Any]) -> None:
+    url = three["pushed"]["entrypoint_url"]
+    lines = httpx.post(f"{url}/run_remote", json={"text": "a b", "calls": 2}, timeout=30).text.splitlines()
+    echoes = [json.loads(line) for line in lines]  # typed items, raw: NDJSON
+    hosts = [e["host"] for e in echoes]
+    # Two calls went to Mid, one to each replica in turn; each called Leaf, which saw the secret.
+    assert {hosts[0], hosts[3]} == {"dk-three-Mid-0", "dk-three-Mid-1"}
+    assert [e["text"] for e in echoes] == ["2", "a", "b", "2", "a", "b", "done"]
+    assert all(e["secret_ok"] for e in echoes if e["host"] == "dk-three-Leaf")
+    assert hosts.count("dk-three-Leaf") == 4 and hosts[-1] == "dk-three-Entry"
+    env = dict(v.split("=", 1) for v in _containers(engine)["dk-three-Entry"].attrs["Config"]["Env"])
+    assert json.loads(env["CHAINS_DEPENDENCY_URLS"]) == {
+        "Mid": ["http://dk-three-Mid-0:8000", "http://dk-three-Mid-1:8000"]
+    }
+
+
+def test_only_the_entrypoint_is_published_on_loopback(engine: Any, three: dict[str, Any]) -> None:
+    port = int(three["pushed"]["entrypoint_url"].rsplit(":", 1)[1])
+    for name, container in _containers(engine).items():
+        bindings = {k: v for k, v in (container.attrs["NetworkSettings"]["Ports"] or {}).items() if v}
+        if name == "dk-three-Entry":
+            assert bindings == {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}
+        else:
+            assert bindings == {}, name
+        networks = set(container.attrs["NetworkSettings"]["Networks"])
+        assert len(networks) == 1 and next(iter(networks)).startswith("chains-dk-three-")
+
+
+def test_limits_user_health_and_no_secret_in_images(engine: Any, three: dict[str, Any]) -> None:
+    containers = _containers(engine)
+    mid = containers["dk-three-Mid-0"].attrs["HostConfig"]
+    assert mid["NanoCpus"] == 500_000_000 and mid["Memory"] == 300 * 2**20
+    leaf = containers["dk-three-Leaf"]
+    assert leaf.attrs["State"]["Health"]["Status"] == "healthy"
+    image = engine.client.images.get(leaf.attrs["Config"]["Image"])
+    assert image.attrs["Config"]["User"] == "chains"
+    assert "/readyz" in " ".join(image.attrs["Config"]["Healthcheck"]["Test"])
+    assert not any("s3cret" in value for value in image.attrs["Config"].get("Env") or [])
+    assert "CHAINS_SECRET_leaf_key=s3cret" in leaf.attrs["Config"]["Env"]  # set when it started
+
+
+def test_call_and_logs(engine: Any, three: dict[str, Any]) -> None:
+    cli: Cli = three["cli"]
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "chains", "logs", "dk-three", "Leaf", "-f"],
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        out = cli.run("call", "dk-three", "--json", '{"text": "followed words"}').stdout
+        assert '"followed"' in out and '"done"' in out
+        deadline = time.monotonic() + 30
+        seen = []
+        assert follow.stdout is not None
+        while time.monotonic() < deadline:
+            line = follow.stdout.readline()
+            seen.append(line)
+            if "leaf splits 'followed words'" in line:
+                break
+        else:
+            raise AssertionError(f"logs -f did not show the call: {seen}")
+    finally:
+        follow.terminate()
+        follow.wait(10)
+    logs = cli.run("logs", "dk-three").stdout
+    assert "Mid-0 | " in logs and "Mid-1 | " in logs and "chainlet Leaf is ready" in logs
+
+
+def test_unchanged_repush_builds_nothing_and_keeps_the_url(engine: Any, three: dict[str, Any]) -> None:
+    cli: Cli = three["cli"]
+    before = {c.name: c.id for c in _containers(engine).values()}
+    pushed, progress = cli.push(str(three["file"]), "--secret", "leaf_key=s3cret")
+    assert "building" not in progress and progress.count("is up to date") == 3, progress
+    assert pushed["entrypoint_url"] == three["pushed"]["entrypoint_url"]
+    after = {c.name: c.id for c in _containers(engine).values()}
+    assert set(after) == set(before)  # the new containers took the plain names
+    assert not set(after.values()) & set(before.values())  # and they are new
+    networks = engine.client.networks.list(filters={"label": "chains.chain=dk-three"})
+    assert len(networks) == 1
+    out = httpx.post(f"{pushed['entrypoint_url']}/run_remote", json={"text": "again"}, timeout=30)
+    assert out.status_code == 200 and '"again"' in out.text
+
+
+def test_stop_leaves_no_container_network_or_dangling_image(engine: Any, three: dict[str, Any]) -> None:
+    cli: Cli = three["cli"]
+    assert "stopped chain 'dk-three'" in cli.run("stop", "dk-three").stdout
+    assert engine.containers({"chains.chain": "dk-three"}) == []
+    assert engine.client.networks.list(filters={"label": "chains.chain=dk-three"}) == []
+    assert dangling_images(engine) <= three["dangling"]
+    assert "dk-three" not in cli.run("status").stdout
+    # The images stay, as the cache of the next push.
+    assert engine.client.images.list(filters={"label": "chains.chain=dk-three"})
