@@ -70,10 +70,12 @@ def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: in
     running = {p.chainlet: p for p in state.processes}
     old_dirs = {name: Path(p.directory) for name, p in running.items()}
     old = {name: json.loads((d / "chainlet.json").read_text()) for name, d in old_dirs.items()}
+    push = [sys.executable, "-m", "chains", "push", str(file), "--name", chain_name, "--target", state.target]
+    if entrypoint:
+        push += ["--entrypoint", entrypoint]
+    if state.base_image:
+        push += ["--base-image", state.base_image]
     if set(new) != set(old) or _topology(new) != _topology(old):
-        push = [sys.executable, "-m", "chains", "push", str(file), "--name", chain_name]
-        if entrypoint:
-            push += ["--entrypoint", entrypoint]
         pushed = subprocess.run(push, capture_output=True, text=True)
         if pushed.returncode != 0:
             return f"the new chain did not start; the running version stays:\n{pushed.stderr.rstrip()}"
@@ -81,6 +83,13 @@ def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: in
     changed = [name for name in new if new[name].get("code_version") != old[name].get("code_version")]
     if not changed:
         return "no chainlet's code changed"
+    if state.target != "local":
+        # Containers are replaced, not patched: push again, which builds only the images of the
+        # chainlets that changed and starts the new containers before removing the old ones.
+        pushed = subprocess.run(push, capture_output=True, text=True)
+        if pushed.returncode != 0:
+            return f"the new version did not start; the running one stays:\n{pushed.stderr.rstrip()}"
+        return f"pushed the chain again for {', '.join(changed)} (only changed images are built)"
     # Dependencies first: a caller's new code may rely on its callee's new endpoint.
     order = [spec for spec in (p.chainlet for p in state.processes) if spec in changed]
     for name in dict.fromkeys(order):
