@@ -328,6 +328,8 @@ def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
             click.echo(line)
     except KeyboardInterrupt:
         return
+    except ChainsError as exc:  # e.g. the docker target's engine does not answer
+        _fail(f"error: {exc}")
     if not printed:
         click.echo(f"(no log lines yet for chain {name!r})", err=True)
 
