@@ -253,7 +253,16 @@ class ChainletApp:
             )
             return 415
         try:
-            body = await read_body(receive, self.settings.max_body_bytes, headers.get("content-length"))
+            async with asyncio.timeout(self.settings.body_timeout_sec):
+                body = await read_body(receive, self.settings.max_body_bytes, headers.get("content-length"))
+        except TimeoutError:
+            await send_json(
+                send,
+                408,
+                {"detail": f"the request body did not arrive within {self.settings.body_timeout_sec:g}s"},
+                [(b"connection", b"close"), *rid],
+            )
+            return 408
         except BodyTooLarge:
             limit = self.settings.max_body_bytes
             await send_json(send, 413, {"detail": f"request body over the limit of {limit} bytes"}, rid)
@@ -346,12 +355,18 @@ class ChainletApp:
         rid: list[tuple[bytes, bytes]],
         binary: bool,
     ) -> int:
+        scope = asyncio.timeout(call.remaining())
         try:
-            async with asyncio.timeout(call.remaining()):
+            async with scope:
                 value = await self._invoke(arguments)
             body = codec.encode_result(self.spec.endpoint, value, binary=binary)
-        except TimeoutError:
-            return await self._fail(send, 504, self._deadline_error(call), rid)
+        except TimeoutError as exc:
+            if scope.expired() or _passed(call.deadline):
+                return await self._fail(send, 504, self._deadline_error(call), rid)
+            # run_remote's own TimeoutError (a dependency's DeadlineExceeded, its own timeout):
+            # reported as what it is, not as the caller's deadline, which may not even be set.
+            logger.exception("run_remote raised %s", type(exc).__name__)
+            return await self._fail(send, 500, exc, rid)
         except (pydantic.ValidationError, pydantic_core.PydanticSerializationError) as exc:
             logger.error("run_remote returned a value that does not match its annotation: %s", exc)
             return await self._fail(send, 500, exc, rid)
@@ -385,11 +400,15 @@ class ChainletApp:
         async with aclosing(generator):
             # Pull the first item before answering: a failure this early is a plain 500, which
             # the caller may retry, instead of a stream that breaks after its headers.
+            scope = asyncio.timeout_at(_loop_time(deadline))
             try:
-                async with asyncio.timeout_at(_loop_time(deadline)):
+                async with scope:
                     first = await anext(generator, _END)
-            except TimeoutError:
-                return await self._fail(send, 504, self._deadline_error(call), rid)
+            except TimeoutError as exc:
+                if scope.expired() or _passed(deadline):
+                    return await self._fail(send, 504, self._deadline_error(call), rid)
+                logger.exception("run_remote raised %s before its first item", type(exc).__name__)
+                return await self._fail(send, 500, exc, rid)
             except Exception as exc:
                 logger.exception("run_remote raised %s before its first item", type(exc).__name__)
                 return await self._fail(send, 500, exc, rid)
@@ -423,6 +442,12 @@ _END: Any = object()
 
 def _log_stream_error(exc: BaseException) -> None:
     logger.error("run_remote raised %s while streaming", type(exc).__name__, exc_info=exc)
+
+
+def _passed(deadline: float | None) -> bool:
+    """Whether the caller's deadline is over, give or take the event loop's clock granularity
+    (uvloop's is a millisecond): a stub capped by it may time out a moment before our scope."""
+    return deadline is not None and deadline - time.monotonic() < 0.01
 
 
 def _loop_time(deadline: float | None) -> float | None:

@@ -157,6 +157,51 @@ class _DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
+def _guarded_http(timeout: float) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol, closing a connection that is not served a request and has
+    not completed a request's line and headers within ``timeout`` seconds.
+
+    uvicorn waits for a request's head forever (its keep-alive timer runs only between
+    requests, and stops at the first byte of the next), so clients that open connections and
+    trickle their headers, or send nothing (slowloris), would hold them, and their file
+    descriptors, for good. The check looks every ``timeout`` seconds at whether a request
+    head arrived (uvicorn starts a new cycle for each) or one is being served; a slow head
+    gets at most two periods.
+    """
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    base: Any = HttpToolsProtocol
+
+    class GuardedHttpToolsProtocol(base):  # type: ignore[misc]
+        _head_timer: asyncio.TimerHandle | None = None
+        _head_seen: Any = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            super().connection_made(transport)
+            self._arm_head_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+        def _arm_head_timer(self) -> None:
+            self._head_seen = self.cycle
+            self._head_timer = self.loop.call_later(timeout, self._check_head)
+
+        def _check_head(self) -> None:
+            cycle: Any = self.cycle
+            if cycle is not self._head_seen or (cycle is not None and not cycle.response_complete):
+                self._arm_head_timer()  # a request arrived, or is being served: look again later
+                return
+            self._head_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return GuardedHttpToolsProtocol
+
+
 def serve(
     app: ChainletApp,
     host: str = "127.0.0.1",
@@ -176,7 +221,7 @@ def serve(
         host=host,
         port=port,
         lifespan="on",
-        http="httptools",
+        http=_guarded_http(app.settings.header_timeout_sec),
         loop="auto",  # uvloop when installed (a dependency except on Windows)
         access_log=False,
         log_config=None,

@@ -35,6 +35,11 @@ class ServerSettings:
     concurrency: int | None = None  # None: the chainlet's Compute(concurrency=...)
     max_queue: int | None = None  # calls waiting for a slot before 503; None: 4x concurrency
     grace_sec: float = 30.0
+    # A client must send a request's line and headers within this, and its body within
+    # body_timeout_sec; otherwise the connection is closed (408 for a body). Slow clients
+    # (slowloris) would hold connections and their file descriptors for good otherwise.
+    header_timeout_sec: float = 30.0
+    body_timeout_sec: float = 60.0
     dependency_urls: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     data_dir: Path | None = None
@@ -88,6 +93,8 @@ class ServerSettings:
             concurrency=int(concurrency) if concurrency is not None else None,
             max_queue=int(max_queue) if max_queue is not None else None,
             grace_sec=number("CHAINS_GRACE_SEC", 30.0) or 30.0,
+            header_timeout_sec=number("CHAINS_HEADER_TIMEOUT_SEC", 30.0) or 30.0,
+            body_timeout_sec=number("CHAINS_BODY_TIMEOUT_SEC", 60.0) or 60.0,
             dependency_urls=dependency_urls,
             secrets=secrets,
             data_dir=Path(env["CHAINS_DATA_DIR"]) if env.get("CHAINS_DATA_DIR") else None,
