@@ -1,8 +1,15 @@
 """Hello: an entrypoint that greets several names at once through a dependency."""
 
 import asyncio
+from typing import Annotated
+
+import pydantic
 
 import chains
+
+# Each name is one call to Greeter: an unbounded list would let one request start any number
+# of calls. Bounded, a longer list is refused with a 422 before any work starts.
+MAX_NAMES = 100
 
 
 class Greeter(chains.ChainletBase):
@@ -19,5 +26,7 @@ class Hello(chains.ChainletBase):
     def __init__(self, greeter: Greeter = chains.depends(Greeter, retries=2, timeout_sec=10)) -> None:
         self._greeter = greeter
 
-    async def run_remote(self, names: list[str]) -> list[str]:
+    async def run_remote(
+        self, names: Annotated[list[str], pydantic.Field(max_length=MAX_NAMES)]
+    ) -> list[str]:
         return list(await asyncio.gather(*(self._greeter.run_remote(name) for name in names)))

@@ -30,6 +30,11 @@ class Usage(pydantic.BaseModel):
 
 TOKENS = chains.stream_types(Token, header_type=Started, footer_type=Usage)
 
+# What a client may ask of the entrypoint: a request is refused (422) beyond these, instead of
+# making the chain stream for hours or hold a huge prompt in every hop.
+MAX_PROMPT = 10_000
+MAX_TOKENS = 1024
+
 
 class Generator(chains.ChainletBase):
     """Pretends to be a language model: one token per word of the prompt, then counts."""
@@ -39,11 +44,11 @@ class Generator(chains.ChainletBase):
     async def run_remote(self, prompt: str, max_tokens: int = 8) -> Annotated[AsyncIterator[bytes], TOKENS]:
         writer = chains.stream_writer(TOKENS)
         yield writer.yield_header(Started(prompt=prompt, max_tokens=max_tokens))
-        words = (prompt.split() or ["..."]) * max_tokens
-        for index, word in enumerate(words[:max_tokens]):
+        words = prompt.split() or ["..."]
+        for index in range(max_tokens):
             await asyncio.sleep(0.02)  # a model takes its time per token
-            yield writer.yield_item(Token(text=word, index=index))
-        yield writer.yield_footer(Usage(tokens=min(len(words), max_tokens)))
+            yield writer.yield_item(Token(text=words[index % len(words)], index=index))
+        yield writer.yield_footer(Usage(tokens=max(max_tokens, 0)))
 
 
 class Words(chains.ChainletBase):
@@ -66,7 +71,11 @@ class Entry(chains.ChainletBase):
         self._generator = generator
         self._words = words
 
-    async def run_remote(self, prompt: str, max_tokens: int = 8) -> AsyncIterator[str]:
+    async def run_remote(
+        self,
+        prompt: Annotated[str, pydantic.Field(max_length=MAX_PROMPT)],
+        max_tokens: Annotated[int, pydantic.Field(ge=1, le=MAX_TOKENS)] = 8,
+    ) -> AsyncIterator[str]:
         reader = chains.stream_reader(TOKENS, self._generator.run_remote(prompt, max_tokens))
         started = await reader.read_header()
         yield f"[{started.max_tokens} tokens for {started.prompt!r}]"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import httpx
 
 from chains.targets.state import read_state
 from tests.reliability.conftest import pushed, record, status_restarts
@@ -158,3 +159,32 @@ def test_kill_9_of_one_of_two_replicas_costs_no_call_and_no_wait(chains_home: Pa
     assert slowest < 0.25, figures
     assert during > 100, figures
     assert restarts == {"PairEntry": 0, "PairedDoubler[0]": 1, "PairedDoubler[1]": 0}, restarts
+
+
+def test_a_hanging_dependency_is_reported_as_itself_not_as_the_callers_deadline(chains_home: Path) -> None:
+    """The dependency's own timeout (timeout_sec=0.5) fires first: the entrypoint answers in
+    time, naming the dependency. Only a deadline the caller set, when it runs out, is a 504."""
+    with pushed("ImpatientEntry", "impatient") as chain:
+        url = chain.entrypoint_url + "/run_remote"
+        started = time.monotonic()
+        response = httpx.post(url, json={"seconds": 30}, timeout=10)
+        elapsed = time.monotonic() - started
+        error = response.json()["error"]
+        assert response.status_code == 500 and elapsed < 3, (response.status_code, elapsed)
+        assert error["exc_type"] == "DeadlineExceeded"
+        assert "Sleeper did not answer within 0.5s" in error["message"], error["message"]
+        assert "caller's deadline" not in error["message"]
+
+        started = time.monotonic()
+        response = httpx.post(url, json={"seconds": 30}, headers={"x-chains-timeout": "0.2"}, timeout=10)
+        deadline_elapsed = time.monotonic() - started
+        assert response.status_code == 504 and deadline_elapsed < 3
+        assert "within the caller's deadline" in response.json()["error"]["message"]
+    record(
+        "process_hanging_dependency",
+        dependency_timeout_sec=0.5,
+        answered_after_sec=round(elapsed, 2),
+        status=500,
+        reported="DeadlineExceeded: Sleeper did not answer within 0.5s",
+        with_caller_deadline_0_2s={"status": 504, "answered_after_sec": round(deadline_elapsed, 2)},
+    )

@@ -88,6 +88,22 @@ class PairEntry(chains.ChainletBase):
         return await self._doubler.run_remote(x)
 
 
+class Sleeper(chains.ChainletBase):
+    """A dependency that hangs for as long as it is told to."""
+
+    async def run_remote(self, seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return "awake"
+
+
+class ImpatientEntry(chains.ChainletBase):
+    def __init__(self, sleeper: Sleeper = chains.depends(Sleeper, retries=0, timeout_sec=0.5)) -> None:
+        self._sleeper = sleeper
+
+    async def run_remote(self, seconds: float) -> str:
+        return await self._sleeper.run_remote(seconds)
+
+
 # -- streams ----------------------------------------------------------------------------------
 
 
