@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "CHAINS_CACHE_DIR": str(Path(tmp) / "cache"),
             "CHAINS_BASE_IMAGE": args.base_image,
         }
-        docker_env = ["--target", "docker"]
+        docker_env = ["--target", "docker", "--name", THREE_NAME]
         cold: float | None = None
         if not args.no_cold:
             harness.log_stderr(f"cold push: removed {remove_chains_images(engine)} image(s) chains had built")
