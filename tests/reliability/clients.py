@@ -13,14 +13,16 @@ import httpx
 
 from chains.sse import SSE
 from chains.stubs import StubBase
-from tests.reliability.sample_chains.reliability_chains import ITEMS, Item, payload
+from tests.reliability.sample_chains.reliability_chains import ITEMS, Item, Started, Summary, payload
 
 __all__ = [
     "ITEMS",
     "Item",
     "ItemStub",
     "Outcome",
+    "Started",
     "StructuredStub",
+    "Summary",
     "TextStub",
     "as_sse_text",
     "close",
