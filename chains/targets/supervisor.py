@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chains.errors import ChainsRuntimeError
 from chains.targets.state import ChainletProcess, ChainState, Deployment, DeploymentChainlet, write_private
 
 __all__ = ["Supervisor", "control_socket_path", "main"]
@@ -38,6 +40,17 @@ def control_socket_path(deploy_dir: Path) -> Path:
     """
     runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()) / f"chains-{os.getuid()}"
     runtime.mkdir(mode=0o700, exist_ok=True)
+    # The folder's name is predictable and the temp dir shared: a folder someone else created
+    # first (or a link they planted) would let them replace the sockets the CLI talks to.
+    info = runtime.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise ChainsRuntimeError(
+            f"{runtime} is not a folder owned by this user (it is owned by uid {info.st_uid}); someone "
+            "may have created it to take over the chains supervisors' control sockets: remove it, or "
+            "set XDG_RUNTIME_DIR to a private folder"
+        )
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(runtime, 0o700)
     digest = hashlib.sha256(str(deploy_dir.resolve()).encode()).hexdigest()[:20]
     return runtime / f"{digest}.sock"
 
