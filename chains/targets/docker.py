@@ -325,7 +325,7 @@ class DockerTarget:
             container: Container = engine.client.containers.create(
                 plan.images[spec.name],
                 name=replica.name,
-                hostname=replica.alias,
+                hostname=replica.alias if len(replica.alias) <= 63 else None,  # a DNS label's limit
                 environment=env,  # secrets too: set when the container starts, never in an image
                 labels=labels,
                 network=plan.network,
