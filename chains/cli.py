@@ -88,12 +88,17 @@ def summary(chain: Chain, file: str) -> str:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Where to write.")
 @click.option("--k8s", is_flag=True, help="Also write Kubernetes manifests into --out/kubernetes.")
 @click.option("--registry", metavar="PREFIX", help="--k8s: where the images are pushed.")
-def generate(file: str, entrypoint: str | None, out_dir: str, k8s: bool, registry: str | None) -> None:
+@click.option("--base-image", metavar="IMAGE", help="The Dockerfiles' base image (default python:3.11-slim).")
+def generate(
+    file: str, entrypoint: str | None, out_dir: str, k8s: bool, registry: str | None, base_image: str | None
+) -> None:
     """Generate each chainlet's server, stubs, descriptor and Dockerfile into --out."""
+    from codegen import DEFAULT_BASE_IMAGE
     from codegen import generate as run_generator
 
     chain = _guarded(lambda: load_chain(file, entrypoint))
-    result = _guarded(lambda: run_generator(chain, Path(file), Path(out_dir)))
+    base = base_image or DEFAULT_BASE_IMAGE
+    result = _guarded(lambda: run_generator(chain, Path(file), Path(out_dir), base_image=base))
     for name, generated in result.chainlets.items():
         click.echo(f"{name}: {generated.directory}")
     if k8s:

@@ -63,6 +63,8 @@ def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: in
     command = [sys.executable, "-m", "chains", "generate", str(file), "--out", str(out)]
     if entrypoint:
         command += ["--entrypoint", entrypoint]
+    if state.base_image:  # generated as the deployment was, so unchanged chainlets compare equal
+        command += ["--base-image", state.base_image]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         return f"the change does not pass the checks; the running version stays:\n{result.stderr.rstrip()}"
@@ -89,7 +91,7 @@ def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: in
         pushed = subprocess.run(push, capture_output=True, text=True)
         if pushed.returncode != 0:
             return f"the new version did not start; the running one stays:\n{pushed.stderr.rstrip()}"
-        return f"pushed the chain again for {', '.join(changed)} (only changed images are built)"
+        return f"rebuilt {', '.join(changed)} and pushed the chain again"
     # Dependencies first: a caller's new code may rely on its callee's new endpoint.
     order = [spec for spec in (p.chainlet for p in state.processes) if spec in changed]
     for name in dict.fromkeys(order):

@@ -129,7 +129,7 @@ class DockerTarget:
             result = generate(chain, source_file, deploy_dir / "generated", base_image=base_image)
             plan.images = self._images(engine, chain, result, base_image)
             state = self._start(engine, plan, result, options, previous, source_file)
-            state.base_image = options.base_image
+            state.base_image = base_image  # what --watch generates and pushes with
             write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
         except BaseException:
             self._discard(engine, plan)

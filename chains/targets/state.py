@@ -112,7 +112,7 @@ class ChainState(pydantic.BaseModel):
     entrypoint_kind: str = "unary"
     entrypoint_url: str
     supervisor_pid: int = 0  # local target
-    base_image: str | None = None  # docker target: what --base-image was, for --watch's re-pushes
+    base_image: str | None = None  # docker target: the default base image, for --watch's re-pushes
     processes: list[ChainletProcess]
     updated_at: float = pydantic.Field(default_factory=time.time)
     stopping: bool = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -251,3 +252,60 @@ def test_stop_leaves_no_container_network_or_dangling_image(engine: Any, three: 
     assert "dk-three" not in cli.run("status").stdout
     # The images stay, as the cache of the next push.
     assert engine.client.images.list(filters={"label": "chains.chain=dk-three"})
+
+
+WATCHED = """
+    import chains
+
+
+    class Leaf(chains.ChainletBase):
+        async def run_remote(self, text: str) -> str:
+            return text.upper()
+
+
+    @chains.mark_entrypoint("dk-watch")
+    class Entry(chains.ChainletBase):
+        def __init__(self, leaf: Leaf = chains.depends(Leaf)) -> None:
+            self._leaf = leaf
+
+        async def run_remote(self, text: str) -> str:
+            return await self._leaf.run_remote(text)
+"""
+
+
+def test_watch_pushes_a_changed_chainlet_again(engine: Any, cli: Cli, tmp_path: Path) -> None:
+    remove_chain(engine, "dk-watch")
+    file = write_chain(tmp_path / "watched", WATCHED)
+    command = [sys.executable, "-m", "chains", "push", str(file), "--target", "docker", "--watch"]
+    with open(tmp_path / "watch.err", "w") as progress:  # a file: a full pipe would block the push
+        watcher = subprocess.Popen(command, env=cli.env, stdout=subprocess.PIPE, stderr=progress, text=True)
+    assert watcher.stdout is not None
+
+    def wait_for(text: str, timeout: float) -> list[str]:
+        deadline, seen = time.monotonic() + timeout, []
+        while time.monotonic() < deadline:
+            line = watcher.stdout.readline()  # type: ignore[union-attr]
+            if not line and watcher.poll() is not None:
+                break
+            seen.append(line)
+            if text in line:
+                return seen
+        raise AssertionError(f"no {text!r} within {timeout}s: {''.join(seen)}")
+
+    try:
+        lines = wait_for("watching", 300)
+        url = next(line.split()[-1] for line in lines if line.startswith("entrypoint: "))
+        assert httpx.post(f"{url}/run_remote", json={"text": "Mixed"}, timeout=10).json() == "MIXED"
+        file.write_text(file.read_text().replace("text.upper()", "text.lower()"))
+        changed = wait_for("[watch] change seen", 300)[-1]
+        assert "rebuilt Leaf and pushed the chain again" in changed, changed
+        assert httpx.post(f"{url}/run_remote", json={"text": "Mixed"}, timeout=10).json() == "mixed"
+        assert cli.state("dk-watch")["entrypoint_url"] == url
+    finally:
+        watcher.send_signal(signal.SIGINT)  # Ctrl-C: the watch stops the chain
+        try:
+            watcher.wait(60)
+        except subprocess.TimeoutExpired:
+            watcher.kill()
+            watcher.wait(10)
+    assert engine.containers({"chains.chain": "dk-watch"}) == []
