@@ -152,3 +152,16 @@ def test_no_docker_sdk_names_the_extra(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "the docker target needs the docker SDK" in result.stderr
     assert "pip install 'chains[docker]'" in result.stderr
+
+
+@pytest.mark.docker
+def test_a_base_image_that_cannot_be_had_says_how_to_build_one(engine: Any, cli: Cli) -> None:
+    # A registry on a closed port of this machine: the pull fails at once, and nothing leaves it.
+    missing = "localhost:1/chains-missing:1"
+    push = ["push", str(HELLO), "--name", "dk-nobase", "--target", "docker", "--base-image", missing]
+    result = cli.run(*push, check=False)
+    assert result.returncode == 1
+    assert f"base image {missing} is not on the engine and cannot be pulled" in result.stderr
+    assert "docker/build-base-image.sh" in result.stderr
+    assert engine.containers({"chains.chain": "dk-nobase"}) == []
+    assert not list((cli.home / "dk-nobase" / "deployments").glob("*"))
