@@ -410,6 +410,9 @@ def type_label(tp: Any) -> str:
     """A short readable name for a type hint: ``list[Token]``, ``AsyncIterator[str]``."""
     if tp is type(None) or tp is None:
         return "None"
+    if typing.get_origin(tp) is typing.Annotated:
+        # Constraints (pydantic.Field(...)) are for validation; a person reads the type.
+        return type_label(typing.get_args(tp)[0])
     if isinstance(tp, type) and not typing.get_args(tp):
         return tp.__qualname__ if tp.__module__ != "builtins" else tp.__name__
     # Drop module paths: `list[my_chain.Token]` reads better as `list[Token]`.
