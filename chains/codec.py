@@ -10,7 +10,8 @@ payloads such as audio or images.
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, NamedTuple
 
 import msgpack
 import pydantic
@@ -30,8 +31,39 @@ __all__ = [
 ]
 
 
+class _Names(NamedTuple):
+    """What an endpoint's parameters are called, worked out once per endpoint."""
+
+    keywords: frozenset[str]  # the parameters that can be passed by name
+    required: frozenset[str]
+    fields: tuple[tuple[str, str], ...]  # (parameter, its field in the input model)
+
+
+# By input model, which each endpoint makes once: a field name costs a failed hasattr on
+# BaseModel, and binding a signature about 3 µs, on every call otherwise.
+_NAMES: weakref.WeakKeyDictionary[type[pydantic.BaseModel], _Names] = weakref.WeakKeyDictionary()
+
+
+def _names(spec: EndpointSpec) -> _Names:
+    model = spec.input_model
+    names = _NAMES.get(model)
+    if names is None:
+        names = _NAMES[model] = _Names(
+            keywords=frozenset(p.name for p in spec.params if not p.positional_only),
+            required=frozenset(p.name for p in spec.params if p.required),
+            fields=tuple((p.name, field_name(p.name)) for p in spec.params),
+        )
+    return names
+
+
 def bind_arguments(spec: EndpointSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """Map a stub call's positional and keyword arguments to parameter names."""
+    if not args:
+        # What generated stubs do: every argument by name. Anything else (an unknown or a
+        # missing name) goes through the signature, which says what is wrong.
+        names = _names(spec)
+        if names.required <= kwargs.keys() <= names.keywords:
+            return dict(kwargs)
     try:
         bound = spec.signature.bind(None, *args, **kwargs)
     except TypeError as exc:
@@ -85,7 +117,7 @@ def decode_args(spec: EndpointSpec, body: bytes | str, *, binary: bool = False) 
         model = spec.input_model.model_validate(_unpack(body))
     else:
         model = spec.input_model.model_validate_json(body)
-    return {p.name: getattr(model, field_name(p.name)) for p in spec.params}
+    return {name: getattr(model, field) for name, field in _names(spec).fields}
 
 
 def encode_result(spec: EndpointSpec, value: Any, *, binary: bool = False) -> bytes:
