@@ -8,7 +8,8 @@ the server CPU per request, which moves least when other work shares the machine
 
 Run from the repository root, for example::
 
-    .venv/bin/python -m benchmarks.ab --tree /tmp/old --tree . --chain one_hop
+    mkdir OLD && git archive HEAD~3 chains codegen | tar -x -C OLD
+    .venv/bin/python -m benchmarks.ab --tree OLD --tree . --chain one_hop
 
 ``--chain unary`` serves ``Echo`` of ``benchmarks/chains/unary.py`` as an internal chainlet (wrk sends
 the token); ``--chain one_hop`` serves ``Front`` and ``Back`` of ``benchmarks/chains/one_hop.py``.

@@ -12,6 +12,7 @@ Run in the directory that ``codegen`` generated for ``Front``, as its ``server.p
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from types import TracebackType
@@ -55,7 +56,16 @@ class HttpxSession:
     """Enough of ``aiohttp.ClientSession`` for ``StubBase.call_remote``, over ``httpx.AsyncClient()``."""
 
     def __init__(self) -> None:
-        self._client = httpx.AsyncClient(timeout=None)
+        # BENCH_HTTPX_KEEPALIVE=N keeps N idle connections instead of httpx's default 20 (a
+        # variant to see where the time goes; the comparison uses the default).
+        keepalive = os.environ.get("BENCH_HTTPX_KEEPALIVE")
+        if keepalive:
+            limits = httpx.Limits(
+                max_connections=max(100, int(keepalive)), max_keepalive_connections=int(keepalive)
+            )
+            self._client = httpx.AsyncClient(timeout=None, limits=limits)
+        else:
+            self._client = httpx.AsyncClient(timeout=None)
 
     @property
     def closed(self) -> bool:
