@@ -8,7 +8,7 @@ memory of every chainlet process and of the supervisor is read from ``/proc/<pid
 and ``VmHWM``, its peak), and ``chains stop`` is timed too. For a breakdown, ``chains push --dry-run``
 (start the CLI, load and check the chain, generate the code, start nothing) is timed as well.
 
-Run from the repository root: ``.venv/bin/python -m benchmarks.push_ready`` (about 1 minute).
+Run from the repository root: ``.venv/bin/python -m benchmarks.push_ready`` (about 30 s).
 Targets: push-to-ready at most 3 s (median of the pushes); at most 70 MiB RSS for a chainlet with no
 heavy imports (these have none).
 """

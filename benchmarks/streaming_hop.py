@@ -14,7 +14,7 @@ Each round runs every client once on a 100,000-item stream (items/s, and when it
 and several times on a 10-item stream (first item), interleaved; medians over rounds. Connections are
 kept alive between streams, as a chainlet's stub does; the client runs on uvloop, like the servers.
 
-Run from the repository root: ``.venv/bin/python -m benchmarks.streaming_hop`` (about 1.5 minutes).
+Run from the repository root: ``.venv/bin/python -m benchmarks.streaming_hop`` (under a minute).
 Targets: at least 100,000 items/s end to end; the first item at the client within 20 ms, for the short
 and for the long stream alike.
 """
