@@ -109,20 +109,36 @@ def _frames(data: bytes) -> list[bytes]:
     return [encode_frame(k, p) for k, p in decoder.feed(data)]
 
 
+_HEADER_BYTES = 5  # a kind byte and a 4-byte length
+
+
+def _frame_starts(frames: list[bytes]) -> list[int]:
+    starts, offset = [], 0
+    for frame in frames:
+        starts.append(offset)
+        offset += len(frame)
+    return starts
+
+
 @st.composite
 def mutated(draw: st.DrawFn, valid: bytes) -> tuple[bytes, bool]:
     """A valid stream changed in one of the ways a broken or hostile peer changes it, and
-    whether the change only repeated, dropped or reordered item frames. Frames carry no
-    sequence numbers (TCP keeps order and drops nothing), so such a stream is a valid
-    stream of other items; any other change must be refused."""
+    whether the change may read as a valid stream of other items: repeated, dropped or
+    reordered item frames (frames carry no sequence numbers; TCP keeps order and drops
+    nothing), or a byte changed in a frame header. Any other change must be refused, or
+    read with the original's shape."""
     frames = _frames(valid)
     how = draw(st.sampled_from(["flip", "insert", "delete", "repeat", "swap", "length", "drop"]))
     if how in ("flip", "insert", "delete"):
         at = draw(st.integers(0, len(valid) - 1))
         byte = bytes([draw(st.integers(0, 255))])
+        # A byte changed in a frame's kind or length can make that frame swallow the next
+        # ones exactly, which reads as a valid stream of other items: without a checksum
+        # (TCP has one) no reader can tell. A change inside a payload can never re-frame.
+        reframes = any(start <= at < start + _HEADER_BYTES for start in _frame_starts(frames))
         if how == "flip":
-            return valid[:at] + byte + valid[at + 1 :], False
-        return valid[:at] + (byte if how == "insert" else b"") + valid[at + (how == "delete") :], False
+            return valid[:at] + byte + valid[at + 1 :], reframes
+        return valid[:at] + (byte if how == "insert" else b"") + valid[at + (how == "delete") :], reframes
     at = draw(st.integers(0, len(frames) - 1))
     touched = [at]
     if how == "repeat":
