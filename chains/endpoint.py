@@ -21,6 +21,7 @@ from chains.errors import Violation
 from chains.locations import Locator
 from chains.sse import SSE
 from chains.streams import StreamTypes
+from chains.wire import WIRE_CONFIG, wire_adapter
 
 __all__ = [
     "EndpointAnalysis",
@@ -30,15 +31,12 @@ __all__ = [
     "analyze_endpoint",
     "field_name",
     "type_label",
-    "wire_adapter",
 ]
 
 OutputKind = Literal["unary", "text", "bytes", "sse", "items", "structured"]
 
 METHOD = "run_remote"
 
-# JSON has no bytes: base64 keeps any byte value intact where UTF-8 would refuse some.
-WIRE_CONFIG = pydantic.ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
 
 _ITERATOR_ORIGINS = (collections.abc.AsyncIterator, collections.abc.AsyncGenerator)
 _SYNC_ITERATOR_ORIGINS = (
@@ -123,14 +121,6 @@ class EndpointSpec:
             output = f"stream of {type_label(self.output_type)}"
         prefix = "async " if self.is_async else ""
         return f"{prefix}{METHOD}({params}) -> {output}"
-
-
-def wire_adapter(tp: Any) -> pydantic.TypeAdapter[Any]:
-    """A TypeAdapter for ``tp`` with the wire's JSON settings where the type allows them."""
-    try:
-        return pydantic.TypeAdapter(tp, config=WIRE_CONFIG)
-    except pydantic.PydanticUserError:  # models and dataclasses carry their own config
-        return pydantic.TypeAdapter(tp)
 
 
 def field_name(param: str) -> str:

@@ -49,6 +49,7 @@ from chains.framing import (
     pack_header,
     parse_preamble,
 )
+from chains.wire import wire_adapter
 
 __all__ = [
     "FooterStreamReader",
@@ -81,9 +82,6 @@ _FOOTER: Final = FrameKind.FOOTER.value
 _ERROR: Final = FrameKind.ERROR.value
 _END: Final = FrameKind.END.value
 
-# The same JSON settings as unary results, so `bytes` inside a model survives the wire.
-_WIRE_CONFIG: Final = pydantic.ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
-
 
 class StreamSchemaMismatch(StreamProtocolError):
     """The producer's stream schema is not the one this reader was built for."""
@@ -111,17 +109,10 @@ class PartCodec:
         self.load = load
 
 
-def _adapter(tp: Any) -> pydantic.TypeAdapter[Any]:
-    try:
-        return pydantic.TypeAdapter(tp, config=_WIRE_CONFIG)
-    except pydantic.PydanticUserError:  # models and dataclasses carry their own config
-        return pydantic.TypeAdapter(tp)
-
-
 def _json_codec(tp: Any, role: str) -> PartCodec:
     """A codec through pydantic, with a direct path for model instances of exactly ``tp``."""
     name = type_name(tp)
-    adapter = _adapter(tp)
+    adapter = wire_adapter(tp)
 
     def refuse(value: Any, exc: Exception) -> ChainsUsageError:
         return ChainsUsageError(
@@ -193,7 +184,7 @@ def _normalize_schema(node: Any) -> Any:
 
 def _schema_of(tp: Any) -> Any:
     try:
-        return _normalize_schema(_adapter(tp).json_schema(mode="validation"))
+        return _normalize_schema(wire_adapter(tp).json_schema(mode="validation"))
     except pydantic.PydanticUserError:
         # Serializable but without a JSON schema (a custom type): its name is the best we have.
         return {"python_type": type_name(tp)}
