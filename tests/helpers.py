@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
@@ -126,6 +127,27 @@ class ServerProcess:
     @property
     def headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+
+
+@contextmanager
+def asgi_in_thread(app: object, port: int | None = None) -> Iterator[str]:
+    """Serve a small ASGI ``app`` (a fake peer) with uvicorn in a thread; yields its URL."""
+    import uvicorn
+
+    port = port or free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 @contextmanager

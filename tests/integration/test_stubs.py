@@ -12,11 +12,10 @@ from pathlib import Path
 import httpx
 import pydantic
 import pytest
-import uvicorn
 
 from chains.errors import RemoteError, StreamInterrupted
 from chains.stubs import StubBase, StubOptions
-from tests.helpers import TOKEN, ServerProcess, free_port, generate_chain, running, write_chain
+from tests.helpers import TOKEN, ServerProcess, asgi_in_thread, generate_chain, running, write_chain
 
 CHAIN = """
 import asyncio
@@ -199,18 +198,8 @@ class _FlakyService:
 @pytest.fixture
 def flaky() -> Iterator[tuple[_FlakyService, str]]:
     service = _FlakyService()
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(service, host="127.0.0.1", port=port, log_level="error", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield service, f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with asgi_in_thread(service) as url:
+        yield service, url
 
 
 def test_503_twice_then_success_after_two_retries(

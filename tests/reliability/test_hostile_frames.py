@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
-import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +26,7 @@ from chains.framing import FrameDecoder, FrameKind, FrameTooLarge, encode_frame,
 from chains.stream_codecs import StreamShape, decode_framed, encode_framed
 from chains.streams import stream_reader
 from chains.stubs import StubOptions
-from tests.helpers import ServerProcess, generate_chain, running
+from tests.helpers import ServerProcess, asgi_in_thread, generate_chain, running
 from tests.reliability.clients import ITEMS, Item, ItemStub, Started, Summary, payload
 from tests.reliability.conftest import SAMPLE, record, rss_kib, unique_port
 
@@ -304,18 +301,8 @@ class _HostileProducer:
 @pytest.fixture
 def hostile_producer() -> Iterator[tuple[_HostileProducer, str]]:
     service = _HostileProducer()
-    port = unique_port()
-    server = uvicorn.Server(
-        uvicorn.Config(service, host="127.0.0.1", port=port, log_level="error", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield service, f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with asgi_in_thread(service, unique_port()) as url:
+        yield service, url
 
 
 def test_a_stub_refuses_a_2_gib_frame_from_a_hostile_peer(
