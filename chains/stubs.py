@@ -213,18 +213,21 @@ class StubBase:
                 raise first_failure.pop()
             return await attempt(*arguments)
 
-        retrying = tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(self.options.retries + 1),
-            wait=functools.partial(self._wait, tried=tried),
-            retry=tenacity.retry_if_exception_type(_Retryable),
-            before_sleep=self._count_retry,
-            reraise=True,
-            sleep=self._sleep_within(call),
-        )
+        retrying = tenacity.AsyncRetrying(sleep=self._sleep_within(call), **self._retry_policy(tried))
         try:
             return await retrying(attempts, tried, *args)
         except _Retryable as exc:
             raise self._gave_up(exc) from None
+
+    def _retry_policy(self, tried: list[str]) -> dict[str, Any]:
+        """What async and sync calls retry, how often and how long they wait in between."""
+        return {
+            "stop": tenacity.stop_after_attempt(self.options.retries + 1),
+            "wait": functools.partial(self._wait, tried=tried),
+            "retry": tenacity.retry_if_exception_type(_Retryable),
+            "before_sleep": self._count_retry,
+            "reraise": True,
+        }
 
     def _gave_up(self, exc: _Retryable) -> Exception:
         attempts = self.options.retries + 1
@@ -377,13 +380,7 @@ class StubBase:
         body = codec.encode_args(endpoint, args, kwargs, binary=self.options.use_binary)
         call = self._call_context()
         tried: list[str] = []
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.options.retries + 1),
-            wait=functools.partial(self._wait, tried=tried),
-            retry=tenacity.retry_if_exception_type(_Retryable),
-            before_sleep=self._count_retry,
-            reraise=True,
-        )
+        retrying = tenacity.Retrying(**self._retry_policy(tried))
         try:
             return retrying(self._attempt_sync, tried, endpoint, body, call)
         except _Retryable as exc:
