@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -29,6 +30,39 @@ def free_port() -> int:
     with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_until(condition: object, timeout: float, what: str, poll: float = 0.05) -> None:
+    """Poll ``condition()`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    assert callable(condition)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(poll)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+_handed_out: set[int] = set()
+
+
+def unique_port() -> int:
+    """A free port on 127.0.0.1 that no other caller in this session got, below the kernel's
+    ephemeral range: a port that ``bind(0)`` handed out and released could be handed out again,
+    or taken by an outgoing connection, before the process meant to listen on it binds it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(1000):
+        port = random.randrange(max(1024, low - 12000), low)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise AssertionError("no free port found below the ephemeral range")
 
 
 def write_chain(folder: Path, source: str, name: str = "chain.py") -> Path:

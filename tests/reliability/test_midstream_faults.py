@@ -22,6 +22,7 @@ import pytest
 from chains.errors import RemoteError, StreamInterrupted
 from chains.stubs import StubOptions
 from chains.targets.state import read_state
+from tests.helpers import wait_until
 from tests.reliability.clients import (
     ItemStub,
     Outcome,
@@ -35,7 +36,7 @@ from tests.reliability.clients import (
     read_sse,
     sse_items,
 )
-from tests.reliability.conftest import all_ready, metric, pushed, record, token_of, wait_until
+from tests.reliability.conftest import all_ready, metric, pushed, record, token_of
 
 SIZE = 24
 N_SLOW = 100_000

@@ -22,7 +22,8 @@ import pytest
 from chains.errors import RemoteError, StreamInterrupted
 from chains.streams import stream_reader
 from chains.stubs import StubOptions
-from tests.helpers import ServerProcess, generate_chain, running
+from tests.helpers import ServerProcess, generate_chain, running, unique_port
+from tests.nginx import Nginx, Site
 from tests.reliability.clients import (
     ITEMS,
     StructuredStub,
@@ -34,9 +35,9 @@ from tests.reliability.clients import (
     read_sse,
     sse_items,
 )
-from tests.reliability.conftest import SAMPLE, Nginx, Site, record, unique_port
+from tests.reliability.conftest import SAMPLE, record
 
-# Proxy variants. Every site speaks HTTP/1.1 to its upstream (see conftest._COMMON).
+# Proxy variants. Every site speaks HTTP/1.1 to its upstream (see tests/nginx.py, _COMMON).
 VARIANTS: dict[str, list[str]] = {
     "unbuffered": ["proxy_buffering off;"],
     # nginx's default: buffering on, which the server's `X-Accel-Buffering: no` turns off per stream.
