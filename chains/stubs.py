@@ -100,16 +100,22 @@ class StubBase:
         name: str | None = None,
         options: StubOptions | None = None,
         token: str | None = None,
+        path: str = "/run_remote",
+        authorization: str | None = None,
         metrics: Metrics | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
         url_list = [urls] if isinstance(urls, str) else list(urls)
         if not url_list:
             raise ChainsUsageError(f"{type(self).__name__} needs at least one URL")
+        if token and authorization:
+            raise ChainsUsageError(f"{type(self).__name__}: give a token or an authorization, not both")
         self.urls = tuple(u.rstrip("/") for u in url_list)
         self.name = name or type(self).__name__
         self.options = options or StubOptions()
-        self._token = token
+        self.path = path
+        self._authorization = f"Bearer {token}" if token else authorization
+        self._is_chain_token = bool(token)
         self._metrics = metrics
         self._max_frame_bytes = max_frame_bytes
         self._turn = itertools.count(random.randrange(len(self.urls)))
@@ -162,8 +168,8 @@ class StubBase:
         # way would hand the frame decoder or the JSON codec gzip bytes.
         headers = {"content-type": content_type, "accept": accept, "accept-encoding": "identity"}
         headers.update(CallContext(call.request_id, time.monotonic() + attempt_timeout).headers())
-        if self._token:
-            headers["authorization"] = f"Bearer {self._token}"
+        if self._authorization:
+            headers["authorization"] = self._authorization
         return headers
 
     @property
@@ -286,7 +292,7 @@ class StubBase:
         try:
             async with asyncio.timeout(timeout):
                 async with self._client().post(
-                    url + "/run_remote", data=body, headers=self._headers(call, timeout, self._unary_accept)
+                    url + self.path, data=body, headers=self._headers(call, timeout, self._unary_accept)
                 ) as response:
                     payload = await response.read()
                     status = response.status
@@ -322,9 +328,14 @@ class StubBase:
             detail.get("detail") if isinstance(detail, dict) else payload[:200].decode("utf-8", "replace")
         )
         if status == 401:
-            return ChainsRuntimeError(
-                f"{self.name} refused the call (401 {reason}): the chain's token is wrong"
+            sent = (
+                "the chain's token is wrong"
+                if self._is_chain_token
+                else "the credential it was sent is wrong"
+                if self._authorization
+                else "it wants a credential and none was sent"
             )
+            return ChainsRuntimeError(f"{self.name} at {url} refused the call (401 {reason}): {sent}")
         return ChainsRuntimeError(f"{self.name} at {url} answered {status}: {reason}")
 
     # -- streams -----------------------------------------------------------------------------
@@ -360,7 +371,7 @@ class StubBase:
         headers = self._headers(call, timeout, FRAMED_MEDIA_TYPE)
         try:
             async with asyncio.timeout(timeout):
-                response = await self._client().post(url + "/run_remote", data=body, headers=headers)
+                response = await self._client().post(url + self.path, data=body, headers=headers)
                 if response.status == 200:
                     return response
                 payload = await response.read()
@@ -393,7 +404,7 @@ class StubBase:
         url = self._next_url(tried)
         try:
             response = self._sync_client.post(
-                url + "/run_remote",
+                url + self.path,
                 content=body,
                 headers=self._headers(call, timeout, self._unary_accept),
                 timeout=timeout,

@@ -90,7 +90,7 @@ class ServerProcess:
         *,
         port: int | None = None,
         entrypoint: bool = False,
-        dependencies: Mapping[str, list[str]] | None = None,
+        dependencies: Mapping[str, object] | None = None,  # CHAINS_DEPENDENCY_URLS entries
         env: Mapping[str, str] | None = None,
         log: Path | None = None,
     ) -> None:

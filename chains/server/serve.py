@@ -21,7 +21,7 @@ from chains.context import DeploymentContext, Secrets, ServiceDescriptor
 from chains.errors import ChainsUsageError
 from chains.server.app import ChainletApp
 from chains.server.metrics import Metrics
-from chains.server.settings import ServerSettings
+from chains.server.settings import SECRET_PREFIX, ServerSettings
 from chains.stubs import StubBase, StubOptions
 
 __all__ = ["create_app", "main", "serve"]
@@ -48,11 +48,12 @@ def create_app(
     for dep in spec.dependencies:
         if dep.param not in stubs:
             raise ChainsUsageError(f"{spec.name}: no stub class given for dependency parameter {dep.param!r}")
-        if not settings.dependency_urls.get(dep.name):
+        if dep.name not in settings.dependencies:
             raise ChainsUsageError(
                 f"{spec.name}: no URL for dependency {dep.name}; set CHAINS_DEPENDENCY_URLS "
                 f'(e.g. {{"{dep.name}": ["http://127.0.0.1:8001"]}})'
             )
+    authorization = {dep.name: _authorization(spec.name, dep.name, settings) for dep in spec.dependencies}
 
     made: list[StubBase] = []
 
@@ -60,11 +61,13 @@ def create_app(
         kwargs: dict[str, Any] = {}
         for dep in spec.dependencies:
             options = StubOptions.from_marker(dep.marker)
+            address = settings.dependencies[dep.name]
             kwargs[dep.param] = stub = stubs[dep.param](
-                settings.dependency_urls[dep.name],
+                address.urls,
                 name=dep.name,
                 options=options,
-                token=settings.internal_token,
+                path=address.path,
+                authorization=authorization[dep.name],
                 metrics=metrics,
                 max_frame_bytes=settings.max_frame_bytes,
             )
@@ -73,7 +76,7 @@ def create_app(
             kwargs[spec.context_param] = DeploymentContext(
                 secrets=Secrets(settings.secrets, spec.remote_config.assets.secret_keys, spec.name),
                 chainlet_to_service={
-                    dep.name: ServiceDescriptor(dep.name, settings.dependency_urls[dep.name])
+                    dep.name: ServiceDescriptor(dep.name, settings.dependencies[dep.name].urls)
                     for dep in spec.dependencies
                 },
                 data_dir=settings.data_dir,
@@ -87,6 +90,21 @@ def create_app(
             await stub.aclose()
 
     return ChainletApp(spec, settings, factory, on_shutdown=close_stubs)
+
+
+def _authorization(chainlet: str, dependency: str, settings: ServerSettings) -> str | None:
+    """The ``Authorization`` header of calls to ``dependency``: the chain's token by default."""
+    address = settings.dependencies[dependency]
+    if address.auth_secret is None:
+        return f"Bearer {settings.internal_token}" if settings.internal_token else None
+    value = settings.secrets.get(address.auth_secret)
+    if not value:
+        raise ChainsUsageError(
+            f"{chainlet}: calls to {dependency} are sent with the secret {address.auth_secret!r}, "
+            f"which is not set; set {SECRET_PREFIX}{address.auth_secret} (on Truss: create the "
+            "secret in the workspace)"
+        )
+    return f"{address.auth_scheme} {value}"
 
 
 class _RequestIdFilter(logging.Filter):

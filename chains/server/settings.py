@@ -8,18 +8,84 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from chains.errors import ChainsUsageError
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "ServerSettings"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DependencyAddress", "ServerSettings"]
 
 DEFAULT_MAX_BODY_BYTES = 32 * 2**20
 DEFAULT_MAX_FRAME_BYTES = 64 * 2**20
 
 SECRET_PREFIX = "CHAINS_SECRET_"
+RUN_REMOTE = "/run_remote"
+_ADDRESS_KEYS = frozenset({"urls", "path", "auth"})
+_AUTH_KEYS = frozenset({"scheme", "secret"})
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*")  # an HTTP token (RFC 9110)
+_URLS_FORMAT = (
+    "CHAINS_DEPENDENCY_URLS must be a JSON object mapping each dependency to its URLs, "
+    '{"Chainlet": ["http://host:port", ...]}, or to an address, {"Chainlet": {"urls": [...], '
+    '"path": "/predict", "auth": {"scheme": "Api-Key", "secret": "NAME"}}}'
+)
+
+
+@dataclass(frozen=True)
+class DependencyAddress:
+    """Where the calls to one dependency go, and the credential they carry.
+
+    Chainlet servers take ``POST <url>/run_remote`` with the chain's token as a bearer token,
+    the default. A dependency served behind a platform's gateway (a Truss model on Baseten,
+    say) has an endpoint path and a credential of its own: ``auth_secret`` names the secret
+    whose value is sent as ``Authorization: <auth_scheme> <value>``.
+
+    >>> DependencyAddress.parse("Greeter", ["http://127.0.0.1:8001"]).path
+    '/run_remote'
+    """
+
+    urls: tuple[str, ...]
+    path: str = RUN_REMOTE
+    auth_scheme: str = "Bearer"
+    auth_secret: str | None = None  # None: the chain's internal token
+
+    @classmethod
+    def parse(cls, name: str, value: object) -> DependencyAddress:
+        """One entry of ``CHAINS_DEPENDENCY_URLS``: a list of URLs, or an address object."""
+        where = f"CHAINS_DEPENDENCY_URLS[{name!r}]"
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - _ADDRESS_KEYS)
+            if unknown:
+                known = sorted(_ADDRESS_KEYS)
+                raise ChainsUsageError(f"{where} has unknown key(s) {unknown}; known: {known}")
+            urls = _urls(where, value.get("urls"))
+            path = value.get("path", RUN_REMOTE)
+            if not isinstance(path, str) or not path.startswith("/"):
+                raise ChainsUsageError(f"{where}: path must be a string starting with '/', got {path!r}")
+            auth = value.get("auth")
+            if auth is None:
+                return cls(urls, path)
+            if not isinstance(auth, dict) or set(auth) != _AUTH_KEYS:
+                raise ChainsUsageError(
+                    f'{where}: auth must be {{"scheme": "Api-Key", "secret": "SECRET_NAME"}}, got {auth!r}'
+                )
+            scheme, secret = auth["scheme"], auth["secret"]
+            if not isinstance(scheme, str) or not _SCHEME.fullmatch(scheme):
+                raise ChainsUsageError(f"{where}: auth scheme must be a word like 'Api-Key', got {scheme!r}")
+            if not isinstance(secret, str) or not secret:
+                raise ChainsUsageError(f"{where}: auth secret must name a secret, got {secret!r}")
+            return cls(urls, path, scheme, secret)
+        return cls(_urls(where, value))
+
+
+def _urls(where: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ChainsUsageError(f"{where}: urls must be a non-empty list of URLs, got {value!r}")
+    for url in value:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ChainsUsageError(f"{where}: {url!r} is not an http:// or https:// URL")
+    return tuple(url.rstrip("/") for url in value)
 
 
 @dataclass(frozen=True)
@@ -40,7 +106,7 @@ class ServerSettings:
     # (slowloris) would hold connections and their file descriptors for good otherwise.
     header_timeout_sec: float = 30.0
     body_timeout_sec: float = 60.0
-    dependency_urls: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    dependencies: Mapping[str, DependencyAddress] = field(default_factory=dict)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     data_dir: Path | None = None
     environment: str | None = None
@@ -51,7 +117,7 @@ class ServerSettings:
         # Never print credentials: settings end up in logs and tracebacks.
         return (
             f"ServerSettings(chain={self.chain!r}, is_entrypoint={self.is_entrypoint}, "
-            f"dependencies={sorted(self.dependency_urls)})"
+            f"dependencies={sorted(self.dependencies)})"
         )
 
     @classmethod
@@ -71,14 +137,13 @@ class ServerSettings:
                 raise ChainsUsageError(f"{name} must be more than zero, got {raw!r}")
             return value
 
-        urls_raw = env.get("CHAINS_DEPENDENCY_URLS", "{}")
         try:
-            urls = json.loads(urls_raw)
-            dependency_urls = {str(k): tuple(str(u) for u in v) for k, v in urls.items()}
-        except (ValueError, AttributeError, TypeError):
-            raise ChainsUsageError(
-                'CHAINS_DEPENDENCY_URLS must be a JSON object {"Chainlet": ["http://host:port", ...]}'
-            ) from None
+            urls = json.loads(env.get("CHAINS_DEPENDENCY_URLS") or "{}")
+        except ValueError:
+            raise ChainsUsageError(_URLS_FORMAT) from None
+        if not isinstance(urls, dict):
+            raise ChainsUsageError(_URLS_FORMAT)
+        dependencies = {str(k): DependencyAddress.parse(str(k), v) for k, v in urls.items()}
         secrets = {k[len(SECRET_PREFIX) :]: v for k, v in env.items() if k.startswith(SECRET_PREFIX)}
         concurrency = number("CHAINS_CONCURRENCY", None)
         max_queue = number("CHAINS_MAX_QUEUE", None)
@@ -95,7 +160,7 @@ class ServerSettings:
             grace_sec=number("CHAINS_GRACE_SEC", 30.0) or 30.0,
             header_timeout_sec=number("CHAINS_HEADER_TIMEOUT_SEC", 30.0) or 30.0,
             body_timeout_sec=number("CHAINS_BODY_TIMEOUT_SEC", 60.0) or 60.0,
-            dependency_urls=dependency_urls,
+            dependencies=dependencies,
             secrets=secrets,
             data_dir=Path(env["CHAINS_DATA_DIR"]) if env.get("CHAINS_DATA_DIR") else None,
             environment=env.get("CHAINS_ENVIRONMENT") or None,

@@ -351,3 +351,90 @@ def test_use_binary_calls_with_messagepack(generated: dict[str, Path]) -> None:
         assert asyncio.run(call_binary()) == "yranib"
         # The server answered in MessagePack because the stub asked for it (no JSON parse error).
         assert _metric(leaf, 'chains_calls_total{chainlet="Leaf",status="200"}') == 1
+
+
+class _Gateway:
+    """A real HTTP service standing in for a platform's gateway: one predict route, one API key."""
+
+    KEY = "gw-key-1"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    async def __call__(self, scope: dict[str, object], receive: object, send: object) -> None:
+        if scope["type"] != "http":
+            return
+        headers = dict(scope["headers"])  # type: ignore[call-overload]
+        authorization = headers.get(b"authorization", b"").decode()
+        self.seen.append((str(scope["path"]), authorization))
+        if scope["path"] != "/environments/production/predict":
+            status, body = 404, b'{"detail":"no such route"}'
+        elif authorization != f"Api-Key {self.KEY}":
+            status, body = 401, b'{"detail":"invalid API key"}'
+        else:
+            status, body = 200, b'"through the gateway"'
+        await send(  # type: ignore[operator]
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})  # type: ignore[operator]
+
+
+@pytest.fixture
+def gateway() -> Iterator[tuple[_Gateway, dict[str, object]]]:
+    service = _Gateway()
+    with asgi_in_thread(service) as url:
+        address = {
+            "urls": [url],
+            "path": "/environments/production/predict",
+            "auth": {"scheme": "Api-Key", "secret": "gateway_key"},
+        }
+        yield service, address
+
+
+def test_an_address_sends_calls_to_its_path_with_the_credential_from_its_secret(
+    generated: dict[str, Path], gateway: tuple[_Gateway, dict[str, object]]
+) -> None:
+    service, address = gateway
+    mid = ServerProcess(
+        generated["Mid"],
+        entrypoint=True,
+        dependencies={"Leaf": address},
+        env={"CHAINS_SECRET_gateway_key": _Gateway.KEY},
+    )
+    with running(mid):
+        response = call(mid, {"text": "x"})
+        assert response.status_code == 200 and response.json() == "through the gateway"
+    # The chain's own token stays inside the chain: the gateway got its key, and only that.
+    assert service.seen == [("/environments/production/predict", f"Api-Key {_Gateway.KEY}")]
+
+
+def test_a_refused_credential_is_named_and_not_retried(
+    generated: dict[str, Path], gateway: tuple[_Gateway, dict[str, object]]
+) -> None:
+    service, address = gateway
+    mid = ServerProcess(
+        generated["Mid"],
+        entrypoint=True,
+        dependencies={"Leaf": address},
+        env={"CHAINS_SECRET_gateway_key": "no"},
+    )
+    with running(mid):
+        response = call(mid, {"text": "x"})
+    assert response.status_code == 500
+    message = response.json()["error"]["message"]
+    assert "refused the call (401 invalid API key): the credential it was sent is wrong" in message
+    assert len(service.seen) == 1
+
+
+def test_a_missing_credential_secret_stops_the_server_at_startup_naming_it(
+    generated: dict[str, Path], gateway: tuple[_Gateway, dict[str, object]]
+) -> None:
+    _, address = gateway
+    mid = ServerProcess(generated["Mid"], entrypoint=True, dependencies={"Leaf": address}).start()
+    assert mid.process is not None
+    assert mid.process.wait(20) != 0
+    assert "secret 'gateway_key', which is not set; set CHAINS_SECRET_gateway_key" in mid.logs()
