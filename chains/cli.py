@@ -113,12 +113,12 @@ def generate(
 # -- push ----------------------------------------------------------------------------------------
 
 
-def _secret_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+def _pairs(option: str, metavar: str, pairs: tuple[str, ...]) -> dict[str, str]:
     values = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            _fail(f"error: --secret takes KEY=VALUE, got {pair!r}")
+            _fail(f"error: {option} takes {metavar}, got {pair!r}")
         values[key] = value
     return values
 
@@ -136,6 +136,13 @@ def _secret_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--base-image", envvar="CHAINS_BASE_IMAGE", help="docker: the base image of every chainlet.")
 @click.option("--registry", metavar="PREFIX", help="kubernetes: where the images are pushed.")
 @click.option("--apply", is_flag=True, help="kubernetes: apply the manifests with kubectl.")
+@click.option(
+    "--model-url",
+    "model_url_pairs",
+    multiple=True,
+    metavar="NAME=URL",
+    help="truss: the predict URL of chainlet NAME's model on Baseten; repeatable.",
+)
 @click.option("--watch", is_flag=True, help="Stay in the foreground and redeploy on source changes.")
 @click.option(
     "--api-key", envvar="CHAINS_API_KEY", help="Require this API key from the entrypoint's callers."
@@ -155,6 +162,7 @@ def push(
     base_image: str | None,
     registry: str | None,
     apply: bool,
+    model_url_pairs: tuple[str, ...],
     watch: bool,
     api_key: str | None,
     as_json: bool,
@@ -167,8 +175,11 @@ def push(
 
     chain = _guarded(lambda: load_chain(file, entrypoint, name))
     kind = _guarded(lambda: kind_of(target))
-    given = _secret_pairs(secret_pairs)
+    given = _pairs("--secret", "KEY=VALUE", secret_pairs)
     secrets = _guarded(lambda: collect_secrets(chain, given, secrets_file)) if kind == "running" else given
+    model_urls = _pairs("--model-url", "NAME=URL", model_url_pairs)
+    if model_urls and target != "truss":
+        _fail("error: --model-url is for the truss target: other targets wire the chainlets' URLs themselves")
     options = PushOptions(
         secrets=secrets,
         entry_port=port,
@@ -178,6 +189,7 @@ def push(
         out_dir=Path(out_dir) if out_dir else None,
         apply=apply,
         api_key=api_key,
+        model_urls=model_urls,
     )
     if kind == "export":
         if not (dry_run or apply) or out_dir is None:

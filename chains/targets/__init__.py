@@ -34,6 +34,7 @@ class PushOptions:
     registry: str | None = None  # kubernetes: where images are pushed, e.g. "registry.example/team"
     out_dir: Path | None = None  # export targets: where to write
     apply: bool = False  # kubernetes: run `kubectl apply -k` on the result
+    model_urls: Mapping[str, str] = field(default_factory=dict)  # truss: chainlet -> its model's predict URL
 
 
 class RunningTarget(Protocol):

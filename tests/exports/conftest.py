@@ -42,12 +42,20 @@ class Export:
 
 
 def export(
-    target: str, source: Path, workdir: Path, *, out: str = "out", registry: str | None = None
+    target: str,
+    source: Path,
+    workdir: Path,
+    *,
+    out: str = "out",
+    registry: str | None = None,
+    model_urls: dict[str, str] | None = None,
 ) -> Export:
     """Export ``source`` from ``workdir`` into the relative ``out``, as a user would."""
     chain = load_chain(source)
     workdir.mkdir(parents=True, exist_ok=True)
-    options = PushOptions(secrets=dict(SECRET_VALUES), out_dir=Path(out), registry=registry)
+    options = PushOptions(
+        secrets=dict(SECRET_VALUES), out_dir=Path(out), registry=registry, model_urls=model_urls or {}
+    )
     with contextlib.chdir(workdir):
         files = export_target(target).export(chain, source, options)
     return Export(chain, source, workdir / out, [workdir / f for f in files])

@@ -48,3 +48,16 @@ def test_generate_k8s_writes_manifests_beside_the_code(tmp_path: Path) -> None:
     readme = (manifests / "README.md").read_text()
     assert " ../Greeter " in readme
     assert "chains generate" in (manifests / "hello-greeter.yaml").read_text().splitlines()[1]
+
+
+def test_model_url_reaches_the_truss_export_and_no_other_target(tmp_path: Path) -> None:
+    url = "https://model-ab12cd.api.baseten.co/environments/production/predict"
+    base = ["push", str(CHAINS["hello"]), "--dry-run", "--out", str(tmp_path / "t")]
+    result = CliRunner().invoke(main, [*base, "--target", "truss", "--model-url", f"Greeter={url}"])
+    assert result.exit_code == 0, result.output
+    env = (tmp_path / "t" / "Hello" / "config.yaml").read_text()
+    assert "model-ab12cd.api.baseten.co" in env and "baseten_api_key" in env
+    wrong = CliRunner().invoke(main, [*base, "--target", "compose", "--model-url", f"Greeter={url}"])
+    assert wrong.exit_code == 1 and "--model-url is for the truss target" in wrong.output
+    bare = CliRunner().invoke(main, [*base, "--target", "truss", "--model-url", "Greeter"])
+    assert bare.exit_code == 1 and "--model-url takes NAME=URL, got 'Greeter'" in bare.output

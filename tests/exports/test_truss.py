@@ -2,8 +2,8 @@
 
 The model is exercised here in this process, handed requests the way the Truss server does
 (``predict(request)`` with the raw request, ``load()`` in a worker thread). truss itself runs in
-an environment of its own, made once and cached under ~/.cache, to load each config and build
-each image's context.
+an environment of its own (tests/exports/truss_env.py) to load each config and build each
+image's context; test_truss_gateway.py runs truss's own server.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import venv
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,7 @@ import yaml
 
 from chains.errors import ChainsUsageError
 from tests.exports.conftest import CHAINS, SECRET_VALUES, Export, all_text, export, tree_bytes
-
-TRUSS_VERSION = "0.18.36"
+from tests.exports.truss_env import truss_python
 
 
 @pytest.fixture(scope="session")
@@ -166,37 +164,58 @@ async def test_declared_secrets_come_from_the_platform(truss: dict[str, Export])
             assert answer.json() == [4.0, 3.0]
 
 
-async def test_dependencies_need_their_urls(truss: dict[str, Export]) -> None:
-    with (
-        isolated(),
-        pytest.raises(ChainsUsageError, match="no URL for dependency Greeter; set CHAINS_DEPENDENCY_URLS"),
-    ):
+async def test_a_chainlet_without_its_dependencies_model_urls_says_how_to_give_them(
+    truss: dict[str, Export],
+) -> None:
+    with isolated(), pytest.raises(ChainsUsageError) as info:
         await loaded_model(truss["hello"].out / "Hello", secrets={})
+    assert "chainlet Hello calls Greeter, and this Truss has no model URL for it" in str(info.value)
+    assert "--model-url Greeter=https://model-MODEL_ID.api.baseten.co/environments/production/predict" in str(
+        info.value
+    )
+
+
+PREDICT = "https://model-ab12cd.api.baseten.co/environments/production/predict"
+
+
+def test_model_urls_wire_the_callers_to_the_gateway_with_the_api_key(tmp_path: Path) -> None:
+    exported = export("truss", CHAINS["streaming"], tmp_path, model_urls={"Generator": PREDICT})
+    entry = yaml.safe_load((exported.out / "Entry" / "config.yaml").read_text())
+    assert json.loads(entry["environment_variables"]["CHAINS_DEPENDENCY_URLS"]) == {
+        "Generator": {
+            "urls": ["https://model-ab12cd.api.baseten.co"],
+            "path": "/environments/production/predict",
+            "auth": {"scheme": "Api-Key", "secret": "baseten_api_key"},
+        }
+    }
+    assert "baseten_api_key" in entry["secrets"]
+    header = (exported.out / "Entry" / "config.yaml").read_text().split("model_name:")[0]
+    assert f"--model-url Generator={PREDICT}" in header  # the command that writes it again
+    assert "Not given yet: Words" in header and "--model-url Words=<its predict URL>" in header
+    # A chainlet that calls nothing needs no API key.
+    generator = yaml.safe_load((exported.out / "Generator" / "config.yaml").read_text())
+    assert "baseten_api_key" not in generator["secrets"]
+    assert "CHAINS_DEPENDENCY_URLS" not in generator["environment_variables"]
+
+
+@pytest.mark.parametrize(
+    ("model_urls", "message"),
+    [
+        ({"Nope": PREDICT}, "chain streaming has no chainlet Nope"),
+        ({"Entry": PREDICT}, "no chainlet of chain streaming calls Entry"),
+        ({"Words": "https://model-ab12cd.api.baseten.co"}, "the URL names no endpoint"),
+        ({"Words": "model-ab12cd.api.baseten.co/predict"}, "give the model's predict URL"),
+        ({"Words": PREDICT + "?x=1"}, "give the model's predict URL"),
+    ],
+)
+def test_a_wrong_model_url_is_refused_naming_it(
+    tmp_path: Path, model_urls: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ChainsUsageError, match=message):
+        export("truss", CHAINS["streaming"], tmp_path, model_urls=model_urls)
 
 
 # -- truss itself ---------------------------------------------------------------------------------
-
-
-def _truss_python() -> Path:
-    """A cached environment with truss installed; skips (loudly) when truss cannot be installed."""
-    home = (
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-        / "chains-tests"
-        / f"truss-{TRUSS_VERSION}"
-    )
-    python = home / "bin" / "python"
-    if (home / ".installed").is_file():
-        return python
-    venv.EnvBuilder(with_pip=True, clear=True).create(home)
-    result = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", f"truss=={TRUSS_VERSION}"],
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"TRUSS NOT INSTALLABLE HERE, truss checks skipped: pip said: {result.stderr[-600:]}")
-    (home / ".installed").write_text(TRUSS_VERSION)
-    return python
 
 
 _CHECK = """
@@ -223,7 +242,7 @@ print(json.dumps(report))
 
 
 def test_truss_loads_every_config_and_builds_every_context(truss: dict[str, Export]) -> None:
-    python = _truss_python()
+    python = truss_python()
     directories = [str(e.out / s.name) for e in truss.values() for s in e.chain.chainlets]
     result = subprocess.run(
         [str(python), "-c", _CHECK, *directories], capture_output=True, text=True, timeout=600
