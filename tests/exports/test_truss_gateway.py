@@ -12,6 +12,7 @@ stands in for it, doing what the calls rely on: one host per model, its route
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -30,12 +31,35 @@ from chains.loader import load_chain
 from tests.exports.conftest import CHAINS, export
 from tests.exports.test_truss import isolated, loaded_model
 from tests.exports.truss_env import server_python, truss_python
-from tests.helpers import unique_port, wait_until
+from tests.helpers import unique_port, wait_until, write_chain
 from tests.nginx import Nginx, Site, nginx_binary
 
 API_KEY = "bt-test-key.0f3a9c"
+
+# A leaf that fails on demand and reports the request id and deadline it was called with.
+FAILING = """
+import chains
+from chains.call_context import current_call
+
+
+class Leaf(chains.ChainletBase):
+    async def run_remote(self, text: str) -> str:
+        if text == "fail":
+            raise ValueError(f"leaf refuses {text!r}")
+        call = current_call()
+        assert call is not None
+        return f"{call.request_id} {call.remaining()}"
+
+
+@chains.mark_entrypoint("gateway")
+class Top(chains.ChainletBase):
+    def __init__(self, leaf: Leaf = chains.depends(Leaf, retries=0, timeout_sec=30)) -> None:
+        self._leaf = leaf
+
+    async def run_remote(self, text: str) -> str:
+        return await self._leaf.run_remote(text)
+"""
 PREDICT = "/environments/production/predict"
-CHAINLETS = ("Generator", "Words", "Entry")  # callees first
 
 # truss's main.py binds 0.0.0.0; this serves the same application (TrussServer's own) on loopback.
 LAUNCH = """
@@ -92,20 +116,21 @@ def _gateway_site(name: str, port: int, log: Path) -> Site:
     )
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Model]]:
-    root = tmp_path_factory.mktemp("truss-gateway")
-    ports = {name: unique_port() for name in CHAINLETS}
-    sites = {
-        name: _gateway_site(f"model-{name}", ports[name], root / f"{name}.access.log") for name in CHAINLETS
-    }
-    model_urls = {name: sites[name].url + PREDICT for name in ("Generator", "Words")}
-    exported = export("truss", CHAINS["streaming"], root / "export", model_urls=model_urls)
+@contextlib.contextmanager
+def served(source: Path, root: Path) -> Iterator[dict[str, Model]]:
+    """Every chainlet of ``source`` as a Truss served by truss's server behind the gateway, the
+    callers exported with their callees' predict URLs on the gateway."""
+    chain = load_chain(source)
+    names = [spec.name for spec in chain.chainlets]
+    called = {dep.name for spec in chain.chainlets for dep in spec.dependencies}
+    ports = {name: unique_port() for name in names}
+    sites = {name: _gateway_site(f"model-{name}", ports[name], root / f"{name}.access.log") for name in names}
+    model_urls = {name: sites[name].url + PREDICT for name in called}
+    exported = export("truss", source, root / "export", model_urls=model_urls)
 
     truss = truss_python()
-    contexts = {}
-    for name in CHAINLETS:
-        contexts[name] = root / "contexts" / name
+    contexts = {name: root / "contexts" / name for name in names}
+    for name in names:
         build = subprocess.run(
             [
                 str(truss.parent / "truss"),
@@ -119,29 +144,12 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Model
             timeout=300,
         )
         assert build.returncode == 0, build.stderr[-2000:]
-    python = server_python(contexts["Entry"])  # the same requirements for all three
 
-    found = {name: Model(name, root / "apps" / name, ports[name], sites[name]) for name in CHAINLETS}
+    found = {name: Model(name, root / "apps" / name, ports[name], sites[name]) for name in names}
     nginx = Nginx(nginx_binary(), root / "nginx", list(sites.values()))
     try:
         for name, model in found.items():
-            _app_dir(contexts[name], model.app_dir)
-            config = yaml.safe_load((model.app_dir / "config.yaml").read_text())
-            env = {
-                **os.environ,
-                **config["environment_variables"],
-                "PYTHONPATH": str(contexts[name] / "packages"),  # the image's /packages
-                "TRUSS_SECRET_baseten_api_key": API_KEY,  # how truss hands a model its secrets
-            }
-            with open(model.app_dir / "server.log", "ab") as log:
-                model.process = subprocess.Popen(
-                    [str(python), "launch.py", str(model.port)],
-                    cwd=model.app_dir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
+            _start(model, contexts[name])
         nginx.start()
         for model in found.values():
             wait_until(lambda m=model: _loaded(m), 60, f"truss server of {model.name} loaded its model")
@@ -149,13 +157,43 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Model
     finally:
         nginx.stop()
         for model in found.values():
-            if model.process is not None and model.process.poll() is None:
-                model.process.terminate()
-                try:
-                    model.process.wait(15)
-                except subprocess.TimeoutExpired:
-                    model.process.kill()
-                    model.process.wait(5)
+            _stop(model)
+
+
+def _start(model: Model, context: Path) -> None:
+    _app_dir(context, model.app_dir)
+    config = yaml.safe_load((model.app_dir / "config.yaml").read_text())
+    env = {
+        **os.environ,
+        **config["environment_variables"],
+        "PYTHONPATH": str(context / "packages"),  # the image's /packages
+        "TRUSS_SECRET_baseten_api_key": API_KEY,  # how truss hands a model its secrets
+    }
+    with open(model.app_dir / "server.log", "ab") as log:
+        model.process = subprocess.Popen(
+            [str(server_python(context)), "launch.py", str(model.port)],
+            cwd=model.app_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _stop(model: Model) -> None:
+    if model.process is not None and model.process.poll() is None:
+        model.process.terminate()
+        try:
+            model.process.wait(15)
+        except subprocess.TimeoutExpired:
+            model.process.kill()
+            model.process.wait(5)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Model]]:
+    with served(CHAINS["streaming"], tmp_path_factory.mktemp("truss-gateway")) as found:
+        yield found
 
 
 def _loaded(model: Model) -> bool:
@@ -202,6 +240,38 @@ def test_the_chain_streams_through_the_gateway_hop_by_hop(models: dict[str, Mode
 def test_the_gateway_refuses_a_caller_without_the_key(models: dict[str, Model]) -> None:
     answer = httpx.post(models["Entry"].predict_url, json={"prompt": "x"}, timeout=30)
     assert answer.status_code == 401
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Model]]:
+    root = tmp_path_factory.mktemp("truss-gateway-failing")
+    with served(write_chain(root / "src", FAILING), root) as found:
+        yield found
+
+
+def _predict(model: Model, body: dict[str, object], **headers: str) -> httpx.Response:
+    headers = {"authorization": f"Api-Key {API_KEY}", **headers}
+    return httpx.post(model.predict_url, json=body, headers=headers, timeout=60)
+
+
+def test_an_error_crosses_the_gateway_with_its_type_and_both_tracebacks(failing: dict[str, Model]) -> None:
+    answer = _predict(failing["Top"], {"text": "fail"})
+    assert answer.status_code == 500
+    error = answer.json()["error"]
+    assert (error["exc_type"], error["exc_module"]) == ("ValueError", "builtins")
+    assert error["chainlet"] == "Top" and error["cause"]["chainlet"] == "Leaf"
+    assert "leaf refuses 'fail'" in error["cause"]["message"]
+    assert "run_remote" in error["cause"]["traceback"]
+
+
+def test_request_id_and_deadline_cross_the_gateway(failing: dict[str, Model]) -> None:
+    answer = _predict(
+        failing["Top"], {"text": "x"}, **{"x-chains-request-id": "rid-gw-7", "x-chains-timeout": "20"}
+    )
+    assert answer.status_code == 200, answer.text
+    request_id, remaining = answer.json().split()
+    assert request_id == "rid-gw-7"
+    assert 0 < float(remaining) < 20  # the caller's 20 s, less the time taken, not the stub's 30 s
 
 
 def _export_calling(models: dict[str, Model], workdir: Path) -> Path:
