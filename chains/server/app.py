@@ -496,8 +496,8 @@ async def _items(
                 if watch.cancelled and task.uncancel() <= cancelling:
                     raise expired from None
                 raise
-            except TimeoutError:
-                raise expired from None  # as the wait wrapped in asyncio.timeout_at below does
+            # A TimeoutError here is run_remote's own (the watch cancels, it raises nothing):
+            # it goes out as what it is, like any other exception.
             finally:
                 watch.pulling = False
             if watch.cancelled:
@@ -512,11 +512,14 @@ async def _items(
     while True:
         # The timeout wraps only the wait for the next item, never a `yield`: a cancel scope
         # must not stay open while the consumer runs.
+        scope = asyncio.timeout_at(_loop_time(deadline))
         try:
-            async with asyncio.timeout_at(_loop_time(deadline)):
+            async with scope:
                 item = await anext(rest, _END)
         except TimeoutError:
-            raise expired from None
+            if scope.expired():
+                raise expired from None
+            raise  # run_remote's own
         if item is _END:
             return
         yield item

@@ -41,10 +41,14 @@ TYPES = chains.stream_types(Point, footer_type=Total)
 class Echo(chains.ChainletBase):
     remote_config = chains.RemoteConfig(compute=chains.Compute(concurrency=2))
 
-    async def run_remote(self, text: str, delay: float = 0.0, fail: bool = False) -> str:
+    async def run_remote(
+        self, text: str, delay: float = 0.0, fail: bool = False, give_up: bool = False
+    ) -> str:
         await asyncio.sleep(delay)
         if fail:
             raise ValueError(f"asked to fail on {text!r}")
+        if give_up:
+            raise TimeoutError("my own wait gave up")
         return text
 
 
@@ -62,10 +66,14 @@ class Blocking(chains.ChainletBase):
 
 
 class Tokens(chains.ChainletBase):
-    async def run_remote(self, n: int, delay: float = 0.0, fail_at: int = -1) -> AsyncIterator[str]:
+    async def run_remote(
+        self, n: int, delay: float = 0.0, fail_at: int = -1, give_up_at: int = -1
+    ) -> AsyncIterator[str]:
         for i in range(n):
             if i == fail_at:
                 raise KeyError(f"token {i}")
+            if i == give_up_at:
+                raise TimeoutError("my own wait gave up")
             await asyncio.sleep(delay)
             yield f"t{i} "
 
@@ -285,7 +293,12 @@ def test_openapi_describes_the_endpoint(echo: ServerProcess, tokens: ServerProce
     document = httpx.get(echo.url + "/openapi.json").json()
     operation = document["paths"]["/run_remote"]["post"]
     schema = document["components"]["schemas"]["EchoInput"]
-    assert schema["required"] == ["text"] and set(schema["properties"]) == {"text", "delay", "fail"}
+    assert schema["required"] == ["text"] and set(schema["properties"]) == {
+        "text",
+        "delay",
+        "fail",
+        "give_up",
+    }
     assert operation["responses"]["200"]["content"]["application/json"]["schema"] == {"type": "string"}
     streaming = httpx.get(tokens.url + "/openapi.json").json()["paths"]["/run_remote"]["post"]
     assert set(streaming["responses"]["200"]["content"]) >= {
@@ -343,6 +356,33 @@ def test_error_mid_stream_in_each_form(tokens: ServerProcess) -> None:
         post(tokens, body)
     early = post(tokens, {"n": 4, "fail_at": 0})  # before the first item: a plain 500
     assert early.status_code == 500 and early.json()["error"]["exc_type"] == "KeyError"
+
+
+@pytest.mark.parametrize("give_up_at", [0, 2])
+def test_run_remotes_own_timeout_error_is_not_the_callers_deadline(
+    echo: ServerProcess, tokens: ServerProcess, give_up_at: int
+) -> None:
+    # A TimeoutError of run_remote's own (its wait for something else gave up) is reported as
+    # it is, also while a deadline is set that has not passed: never as a DeadlineExceeded.
+    deadline = {"x-chains-timeout": "30"}
+    unary = post(echo, {"text": "x", "give_up": True}, **deadline)
+    assert unary.status_code == 500 and unary.json()["error"]["exc_type"] == "TimeoutError"
+    body = {"n": 4, "give_up_at": give_up_at}
+    answer = post(tokens, body, accept="text/event-stream", **deadline)
+    if give_up_at == 0:  # before the first item: a plain 500
+        assert answer.status_code == 500 and answer.json()["error"]["exc_type"] == "TimeoutError"
+    else:
+        assert answer.text.startswith("data: t0 \n\ndata: t1 \n\n")
+        assert '"exc_type":"TimeoutError"' in answer.text and "my own wait gave up" in answer.text
+        assert "DeadlineExceeded" not in answer.text
+
+
+def test_the_callers_deadline_ends_a_stream_with_deadline_exceeded(tokens: ServerProcess) -> None:
+    started = time.monotonic()
+    answer = post(tokens, {"n": 50, "delay": 0.1}, accept="text/event-stream", **{"x-chains-timeout": "0.5"})
+    assert time.monotonic() - started < 3
+    assert answer.text.startswith("data: t0 \n\n") and "data: t10 " not in answer.text
+    assert '"exc_type":"DeadlineExceeded"' in answer.text and "event: end" not in answer.text
 
 
 def test_typed_items_sse_and_structured_streams(generated: dict[str, Path]) -> None:
