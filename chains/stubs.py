@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -52,6 +53,8 @@ from chains.server.settings import DEFAULT_MAX_FRAME_BYTES
 from chains.stream_codecs import FRAMED_MEDIA_TYPE, decode_framed, shape_of
 
 __all__ = ["StubBase", "StubOptions"]
+
+logger = logging.getLogger("chains.stubs")
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 _MAX_BACKOFF_SEC = 2.0
@@ -122,6 +125,7 @@ class StubBase:
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._sync_client: httpx.Client | None = None
+        self._warned_blocking = False
         self._limit = CallLimit(self.options.concurrency_limit)
 
     def __repr__(self) -> str:
@@ -387,6 +391,14 @@ class StubBase:
 
     def call_remote_sync(self, *args: Any, **kwargs: Any) -> Any:
         """Call a sync endpoint from sync code (a thread), with the same retries and errors."""
+        if not self._warned_blocking and _on_event_loop():
+            self._warned_blocking = True
+            logger.warning(
+                "%s.run_remote is sync and was called on a running event loop, which waits for the "
+                "whole call and serves nothing else meanwhile; from async code, call it as "
+                "`await asyncio.to_thread(stub.run_remote, ...)`",
+                self.name,
+            )
         endpoint = self._endpoint()
         body = codec.encode_args(endpoint, args, kwargs, binary=self.options.use_binary)
         call = self._call_context()
@@ -441,3 +453,11 @@ def _json_or_none(payload: bytes) -> Any:
         return pydantic.TypeAdapter(Any).validate_json(payload)
     except pydantic.ValidationError:
         return None
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -81,6 +81,29 @@ class Relay(chains.ChainletBase):
             yield item
 
 
+class SyncLeaf(chains.ChainletBase):
+    def run_remote(self, text: str) -> str:
+        return text.upper()
+
+
+class SyncCaller(chains.ChainletBase):
+    def __init__(self, leaf: SyncLeaf = chains.depends(SyncLeaf)) -> None:
+        self._leaf = leaf
+
+    def run_remote(self, text: str) -> str:
+        return self._leaf.run_remote(text) + "!"
+
+
+class AsyncCaller(chains.ChainletBase):
+    def __init__(self, leaf: SyncLeaf = chains.depends(SyncLeaf)) -> None:
+        self._leaf = leaf
+
+    async def run_remote(self, text: str, offload: bool = False) -> str:
+        if offload:
+            return await asyncio.to_thread(self._leaf.run_remote, text)
+        return self._leaf.run_remote(text)
+
+
 class Front(chains.ChainletBase):
     def __init__(self, relay: Relay = chains.depends(Relay)) -> None:
         self._relay = relay
@@ -97,6 +120,8 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     file = write_chain(folder / "src", CHAIN)
     dirs = generate_chain(file, folder / "out" / "top", entrypoint="Top")
     dirs.update(generate_chain(file, folder / "out" / "front", entrypoint="Front"))
+    for name in ("SyncCaller", "AsyncCaller"):
+        dirs.update(generate_chain(file, folder / "out" / name, entrypoint=name))
     return dirs
 
 
@@ -438,3 +463,28 @@ def test_a_missing_credential_secret_stops_the_server_at_startup_naming_it(
     assert mid.process is not None
     assert mid.process.wait(20) != 0
     assert "secret 'gateway_key', which is not set; set CHAINS_SECRET_gateway_key" in mid.logs()
+
+
+BLOCKING = "SyncLeaf.run_remote is sync and was called on a running event loop"
+
+
+def test_sync_stubs_call_sync_endpoints_and_warn_once_when_they_block_a_loop(
+    generated: dict[str, Path],
+) -> None:
+    leaf = ServerProcess(generated["SyncLeaf"])
+    sync_caller = ServerProcess(
+        generated["SyncCaller"], entrypoint=True, dependencies={"SyncLeaf": [leaf.url]}
+    )
+    blocking = ServerProcess(generated["AsyncCaller"], entrypoint=True, dependencies={"SyncLeaf": [leaf.url]})
+    offloading = ServerProcess(
+        generated["AsyncCaller"], entrypoint=True, dependencies={"SyncLeaf": [leaf.url]}
+    )
+    with running(leaf, sync_caller, blocking, offloading):
+        # A sync endpoint runs in a thread: its sync stub blocks nothing.
+        assert call(sync_caller, {"text": "abc"}).json() == "ABC!"
+        for _ in range(2):
+            assert call(blocking, {"text": "abc"}).json() == "ABC"
+            assert call(offloading, {"text": "abc", "offload": True}).json() == "ABC"
+    assert BLOCKING not in sync_caller.logs() and BLOCKING not in offloading.logs()
+    assert blocking.logs().count(BLOCKING) == 1
+    assert "await asyncio.to_thread(stub.run_remote, ...)" in blocking.logs()
