@@ -102,14 +102,8 @@ def _service(
             wiring.get(name).service: {"condition": "service_healthy"} for name in dependencies
         }
     if chainlet.is_entrypoint:
-        service["ports"] = [
-            {
-                "target": PORT,
-                "host_ip": "127.0.0.1",
-                "published": _published(chainlet, entry_port),
-                "protocol": "tcp",
-            }
-        ]
+        # The short syntax: Compose v1 (docker-compose 1.x) refuses host_ip in the long one.
+        service["ports"] = [f"127.0.0.1:{_published(chainlet, entry_port)}:{PORT}/tcp"]
     return service
 
 

@@ -74,9 +74,7 @@ def test_services_are_wired_as_on_kubernetes(
             assert url == f"http://{by_chainlet[dependency][0]}:{PORT}"
         assert sorted(service.get("depends_on", {})) == sorted(by_chainlet[d][0] for d in wanted)
         if spec.name == entry:
-            assert service["ports"] == [
-                {"target": PORT, "host_ip": "127.0.0.1", "published": "8000", "protocol": "tcp"}
-            ]
+            assert service["ports"] == [f"127.0.0.1:8000:{PORT}/tcp"]
             assert env["CHAINS_IS_ENTRYPOINT"] == "1"
         else:
             assert "ports" not in service and "expose" not in service
