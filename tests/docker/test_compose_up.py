@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ import pytest
 import yaml
 
 from tests.docker.conftest import ROOT, Cli, remove_chain, unavailable
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.docker
 
@@ -70,12 +69,6 @@ def compose_command(engine: Any) -> Compose:
             return Compose(tuple(command), v1=version.startswith("1."))
     unavailable("no compose command: neither `docker compose` (v2) nor `docker-compose` (v1) runs")
     raise AssertionError("unreachable")
-
-
-def _free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _filled_env(example: str, values: dict[str, str]) -> str:
@@ -152,7 +145,7 @@ def deployed(
     cli.push(source, "--name", chain, "--timeout", "120")
     cli.run("stop", chain)
     # 2. The export, publishing on a free port rather than 8000.
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "compose"
     export = ["push", source, "--name", chain, "--target", "compose", "--dry-run", "--out", str(out)]
     cli.run(*export, "--port", str(port))
