@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     import docker
 
-__all__ = ["Build", "BuildFailed", "Engine", "connect", "engine_address"]
+__all__ = ["Build", "BuildFailed", "Engine", "build_network", "connect", "engine_address"]
 
 API_TIMEOUT_SEC = 120.0  # one request; builds and log streams read with no timeout of their own
 _BUILD_LOG_TAIL = 40
@@ -97,6 +97,13 @@ class Build:
     # Installing from wheels in the context needs no network, and an engine may have no default
     # bridge for build steps to use; only apt requirements need one (and a reachable mirror).
     needs_network: bool = False
+
+
+def build_network() -> str | None:
+    """The network of build steps that need one: ``CHAINS_BUILD_NETWORK`` (``docker build
+    --network``; ``host`` where the engine has no default bridge or only the host reaches the
+    mirror), else the engine's default."""
+    return os.environ.get("CHAINS_BUILD_NETWORK") or None
 
 
 class Engine:
@@ -180,7 +187,7 @@ class Engine:
                     forcerm=True,
                     pull=False,
                     decode=True,
-                    network_mode=None if build.needs_network else "none",
+                    network_mode=build_network() if build.needs_network else "none",
                 )
                 for chunk in stream:
                     if time.monotonic() > deadline:

@@ -309,3 +309,39 @@ def test_watch_pushes_a_changed_chainlet_again(engine: Any, cli: Cli, tmp_path: 
             watcher.kill()
             watcher.wait(10)
     assert engine.containers({"chains.chain": "dk-watch"}) == []
+
+
+# -- apt requirements ---------------------------------------------------------------------------
+
+APT = """
+    import shutil
+    import subprocess
+
+    import chains
+
+
+    @chains.mark_entrypoint("dk-apt")
+    class Tool(chains.ChainletBase):
+        remote_config = chains.RemoteConfig(docker_image=chains.DockerImage(apt_requirements=["jq"]))
+
+        async def run_remote(self, document: str) -> str:
+            assert shutil.which("jq"), "jq is not installed in the image"
+            done = subprocess.run(["jq", "-c", ".b"], input=document, capture_output=True, text=True)
+            return done.stdout.strip()
+"""
+
+
+def test_apt_requirements_are_installed_in_the_image(engine: Any, cli: Cli, tmp_path: Path) -> None:
+    # The engine here has no default bridge; build steps that need the network (apt-get)
+    # reach Debian's mirror through the host's, as CHAINS_BUILD_NETWORK lets a user choose.
+    cli.env["CHAINS_BUILD_NETWORK"] = "host"
+    file = write_chain(tmp_path / "apt", APT)
+    try:
+        pushed, _ = cli.push(str(file))
+        answer = httpx.post(
+            f"{pushed['entrypoint_url']}/run_remote", json={"document": '{"b": [1, 2]}'}, timeout=30
+        )
+        assert answer.status_code == 200 and answer.json() == "[1,2]"
+    finally:
+        cli.run("stop", "dk-apt", check=False)
+        remove_chain(engine, "dk-apt")
