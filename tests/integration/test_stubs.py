@@ -420,17 +420,17 @@ def gateway() -> Iterator[tuple[_Gateway, dict[str, object]]]:
         yield service, address
 
 
+def _calling_through(generated: dict[str, Path], address: dict[str, object], key: str) -> ServerProcess:
+    """Mid, its Leaf at ``address``, with ``key`` in the secret the address names."""
+    env = {"CHAINS_SECRET_gateway_key": key}
+    return ServerProcess(generated["Mid"], entrypoint=True, dependencies={"Leaf": address}, env=env)
+
+
 def test_an_address_sends_calls_to_its_path_with_the_credential_from_its_secret(
     generated: dict[str, Path], gateway: tuple[_Gateway, dict[str, object]]
 ) -> None:
     service, address = gateway
-    mid = ServerProcess(
-        generated["Mid"],
-        entrypoint=True,
-        dependencies={"Leaf": address},
-        env={"CHAINS_SECRET_gateway_key": _Gateway.KEY},
-    )
-    with running(mid):
+    with running(_calling_through(generated, address, _Gateway.KEY)) as (mid,):
         response = call(mid, {"text": "x"})
         assert response.status_code == 200 and response.json() == "through the gateway"
     # The chain's own token stays inside the chain: the gateway got its key, and only that.
@@ -441,13 +441,7 @@ def test_a_refused_credential_is_named_and_not_retried(
     generated: dict[str, Path], gateway: tuple[_Gateway, dict[str, object]]
 ) -> None:
     service, address = gateway
-    mid = ServerProcess(
-        generated["Mid"],
-        entrypoint=True,
-        dependencies={"Leaf": address},
-        env={"CHAINS_SECRET_gateway_key": "no"},
-    )
-    with running(mid):
+    with running(_calling_through(generated, address, "no")) as (mid,):
         response = call(mid, {"text": "x"})
     assert response.status_code == 500
     message = response.json()["error"]["message"]
