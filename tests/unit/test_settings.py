@@ -52,7 +52,7 @@ def test_an_address_without_auth_keeps_the_chain_token() -> None:
         ({"Leaf": {"urls": ["http://h:1"], "path": "x"}}, "path must be a string starting with '/'"),
         ({"Leaf": {"urls": ["http://h:1"], "auth": {"scheme": "Api-Key"}}}, "auth must be"),
         ({"Leaf": {"urls": ["http://h:1"], "auth": {"scheme": "Api Key", "secret": "k"}}}, "auth scheme"),
-        ({"Leaf": {"urls": ["http://h:1"], "auth": {"scheme": "Api-Key", "secret": ""}}}, "must name a secret"),
+        ({"Leaf": {"urls": ["http://h:1"], "auth": {"scheme": "Api-Key", "secret": ""}}}, "name a secret"),
     ],
 )
 def test_a_malformed_address_is_refused_naming_the_fault(urls: object, message: str) -> None:
