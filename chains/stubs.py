@@ -49,7 +49,7 @@ from chains.errors import (
 from chains.limits import CallLimit
 from chains.locations import Locator
 from chains.server.metrics import DependencyCall, Metrics
-from chains.server.settings import DEFAULT_MAX_FRAME_BYTES
+from chains.server.settings import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
 from chains.stream_codecs import FRAMED_MEDIA_TYPE, decode_framed, shape_of
 
 __all__ = ["StubBase", "StubOptions"]
@@ -103,7 +103,7 @@ class StubBase:
         name: str | None = None,
         options: StubOptions | None = None,
         token: str | None = None,
-        path: str = "/run_remote",
+        path: str = RUN_REMOTE,
         authorization: str | None = None,
         metrics: Metrics | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,

@@ -53,7 +53,7 @@ def create_app(
                 f"{spec.name}: no URL for dependency {dep.name}; set CHAINS_DEPENDENCY_URLS "
                 f'(e.g. {{"{dep.name}": ["http://127.0.0.1:8001"]}})'
             )
-    authorization = {dep.name: _authorization(spec.name, dep.name, settings) for dep in spec.dependencies}
+    credentials = {dep.name: _credential(spec.name, dep.name, settings) for dep in spec.dependencies}
 
     made: list[StubBase] = []
 
@@ -67,7 +67,8 @@ def create_app(
                 name=dep.name,
                 options=options,
                 path=address.path,
-                authorization=authorization[dep.name],
+                token=None if credentials[dep.name] else settings.internal_token,
+                authorization=credentials[dep.name],
                 metrics=metrics,
                 max_frame_bytes=settings.max_frame_bytes,
             )
@@ -92,11 +93,12 @@ def create_app(
     return ChainletApp(spec, settings, factory, on_shutdown=close_stubs)
 
 
-def _authorization(chainlet: str, dependency: str, settings: ServerSettings) -> str | None:
-    """The ``Authorization`` header of calls to ``dependency``: the chain's token by default."""
+def _credential(chainlet: str, dependency: str, settings: ServerSettings) -> str | None:
+    """The ``Authorization`` header of calls to ``dependency`` when its address names a secret
+    for it; None when they carry the chain's token."""
     address = settings.dependencies[dependency]
     if address.auth_secret is None:
-        return f"Bearer {settings.internal_token}" if settings.internal_token else None
+        return None
     value = settings.secrets.get(address.auth_secret)
     if not value:
         raise ChainsUsageError(

@@ -482,3 +482,18 @@ def test_sync_stubs_call_sync_endpoints_and_warn_once_when_they_block_a_loop(
     assert BLOCKING not in sync_caller.logs() and BLOCKING not in offloading.logs()
     assert blocking.logs().count(BLOCKING) == 1
     assert "await asyncio.to_thread(stub.run_remote, ...)" in blocking.logs()
+
+
+def test_a_wrong_chain_token_is_named_as_such(generated: dict[str, Path]) -> None:
+    leaf = ServerProcess(generated["Leaf"])
+    mid = ServerProcess(
+        generated["Mid"],
+        entrypoint=True,
+        dependencies={"Leaf": [leaf.url]},
+        env={"CHAINS_INTERNAL_TOKEN": "not-the-chains-token"},
+    )
+    with running(leaf, mid):
+        response = call(mid, {"text": "x"})
+    assert response.status_code == 500
+    assert "refused the call (401" in response.json()["error"]["message"]
+    assert "the chain's token is wrong" in response.json()["error"]["message"]
