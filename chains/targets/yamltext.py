@@ -24,7 +24,7 @@ from typing import Any
 __all__ = ["dump", "dump_all"]
 
 # Bare strings: start with a letter, '/' or '_', then nothing YAML gives a meaning to.
-_PLAIN_RE = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./-]*(?:[ ][A-Za-z0-9_./()-]+)*$")
+_PLAIN_RE = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*(?:[ ][A-Za-z0-9_./()-]+)*")
 # Words YAML 1.1 readers (PyYAML among them) take for booleans or null.
 _SPECIAL_WORDS = frozenset({"y", "yes", "n", "no", "on", "off", "true", "false", "null", "nan", "inf"})
 
@@ -60,7 +60,8 @@ def _scalar(value: Any) -> str:
         # YAML 1.1 readers need a '.' in a float with an exponent (1.0e-05, not 1e-05).
         return text if "." in text or "e" not in text else text.replace("e", ".0e", 1)
     if isinstance(value, str):
-        if _PLAIN_RE.match(value) and value.lower() not in _SPECIAL_WORDS:
+        # fullmatch: `$` would also match before a final newline, leaving "a\n" bare.
+        if _PLAIN_RE.fullmatch(value) and value.lower() not in _SPECIAL_WORDS:
             return value
         return _quoted(value)
     raise TypeError(f"cannot write a {type(value).__name__} as YAML: {value!r}")

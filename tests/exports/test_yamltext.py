@@ -40,3 +40,6 @@ def test_ambiguous_strings_are_quoted() -> None:
     for word in ["on", "No", "true", "null", "1", "0x1F", "1e3", "12:30", "- a", "a: b", "#x", "", " a", "~"]:
         assert yaml.safe_load(dump({"k": word})) == {"k": word}
     assert dump({"image": "chains/x-y", "port": 8000}) == "image: chains/x-y\nport: 8000\n"
+    # A trailing newline, in a key or a value, is quoted (a regex `$` would let it through bare).
+    assert yaml.safe_load(dump({"A\n": "b\n", "": None})) == {"A\n": "b\n", "": None}
+    assert dump({"a\n": 1}) == '"a\\u000a": 1\n'
