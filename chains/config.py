@@ -57,6 +57,9 @@ def parse_memory(value: str) -> int:
     return size
 
 
+_GPU_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 class _Config(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 
@@ -128,15 +131,37 @@ class Autoscale(_Config):
 class Compute(_Config):
     """The resources of each replica of a chainlet, and how many calls it serves at once.
 
+    ``gpu`` names the accelerator type each replica needs (``"T4"``, ``"A10G"``, ``"H100"``,
+    as the platform spells it), ``gpu_count`` how many of them.
+
     >>> Compute(cpu_count=2, memory="2Gi", concurrency=32).memory_bytes
     2147483648
+    >>> Compute(gpu="A10G", gpu_count=2).gpu_count
+    2
     """
 
     cpu_count: float = pydantic.Field(default=1, gt=0)
     memory: str = "512Mi"
+    gpu: str | None = None
+    gpu_count: int = pydantic.Field(default=1, ge=1)
     concurrency: int = pydantic.Field(default=32, ge=1)
     replicas: int = pydantic.Field(default=1, ge=1)
     autoscale: Autoscale | None = None
+
+    @pydantic.field_validator("gpu")
+    @classmethod
+    def _gpu_name(cls, value: str | None) -> str | None:
+        if value is not None and not _GPU_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not an accelerator type; name one like 'T4', 'A10G' or 'H100'")
+        return value
+
+    @pydantic.field_validator("gpu_count")
+    @classmethod
+    def _count_needs_a_type(cls, value: int, info: pydantic.ValidationInfo) -> int:
+        # "gpu" is absent from info.data when it failed its own check, which says enough.
+        if value != 1 and "gpu" in info.data and info.data["gpu"] is None:
+            raise ValueError(f"gpu_count={value} needs the accelerator type too: add gpu='T4' or similar")
+        return value
 
     @pydantic.field_validator("memory")
     @classmethod

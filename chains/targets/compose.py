@@ -96,6 +96,11 @@ def _service(
             },
         },
     }
+    if compute.gpu is not None:
+        # Compose asks the engine's NVIDIA runtime for a count; the type is the host's own.
+        service["deploy"]["resources"]["reservations"] = {
+            "devices": [{"driver": "nvidia", "count": compute.gpu_count, "capabilities": ["gpu"]}]
+        }
     dependencies = sorted({dep.name for dep in chainlet.spec.dependencies})
     if dependencies:
         service["depends_on"] = {

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chains.checks import Chain, ChainletSpec
+from chains.config import Compute
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.targets import PushOptions, running_target
 from chains.targets.docker_engine import Build, Engine, connect, describe_state
@@ -335,6 +336,7 @@ class DockerTarget:
                 ports=ports,
                 nano_cpus=int(min(compute.cpu_count, cpus) * 1e9),
                 mem_limit=compute.memory_bytes,
+                device_requests=_gpus(engine, compute),
                 healthcheck=_fast_healthcheck(engine, plan.images[spec.name]),
                 # Like the local supervisor: a crashed chainlet is restarted, a few times.
                 restart_policy={"Name": "on-failure", "MaximumRetryCount": 5},
@@ -357,6 +359,13 @@ class DockerTarget:
                 if "address already in use" in str(reason) or "port is already allocated" in str(reason):
                     raise ChainsUsageError(
                         f"the entrypoint's port on 127.0.0.1 is in use ({reason}); pick another with --port"
+                    ) from None
+                gpu = replica.spec.remote_config.compute.gpu
+                if gpu is not None and "device driver" in str(reason):
+                    raise ChainsRuntimeError(
+                        f"chainlet {replica.spec.name} asks for a GPU (Compute(gpu={gpu!r})), and this "
+                        f"engine cannot give it one ({reason}); install the NVIDIA Container Toolkit on "
+                        "the engine's host, or run the chain with --target local"
                     ) from None
                 raise ChainsRuntimeError(f"chainlet {replica.spec.name} did not start: {reason}") from None
         waiting = list(replicas)
@@ -641,6 +650,14 @@ def _by_replica(containers: list[Container]) -> dict[tuple[str, int], Container]
 def _requirement_lines(path: Path) -> list[str]:
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _gpus(engine: Engine, compute: Compute) -> list[Any]:
+    """The device request of a chainlet that asks for GPUs: ``gpu_count`` of the host's, by its
+    NVIDIA runtime (the type is the host's own)."""
+    if compute.gpu is None:
+        return []
+    return [engine.sdk.types.DeviceRequest(count=compute.gpu_count, capabilities=[["gpu"]])]
 
 
 def _published_port(container: Container) -> int:

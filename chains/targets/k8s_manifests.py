@@ -92,9 +92,18 @@ def _env(wiring: ChainWiring, chainlet: ChainletWiring) -> list[Obj]:
     return sorted(entries, key=lambda entry: str(entry["name"]))
 
 
+GPU_RESOURCE = "nvidia.com/gpu"  # what the NVIDIA device plugin advertises
+GPU_ANNOTATION = "chains/gpu"
+
+
 def _resources(compute: Compute) -> Obj:
     amounts = {"cpu": cpu_quantity(compute.cpu_count), "memory": memory_quantity(compute.memory)}
-    return {"requests": dict(amounts), "limits": dict(amounts)}
+    limits = dict(amounts)
+    if compute.gpu is not None:
+        # An extended resource: its request is its limit. The type has no portable name on
+        # nodes (each cluster labels it its own way), so only the count is asked for here.
+        limits[GPU_RESOURCE] = str(compute.gpu_count)
+    return {"requests": dict(amounts), "limits": limits}
 
 
 def _container(wiring: ChainWiring, chainlet: ChainletWiring) -> Obj:
@@ -136,6 +145,22 @@ def _deployment(wiring: ChainWiring, chainlet: ChainletWiring) -> Obj:
         "prometheus.io/port": str(PORT),
         "prometheus.io/scrape": "true",
     }
+    pod: Obj = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": chainlet.termination_grace_sec,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [_container(wiring, chainlet)],
+    }
+    if compute.gpu is not None:
+        # The type asked for, for a nodeSelector of the cluster's own labels (docs/deploy.md);
+        # GPU nodes are commonly tainted so that only pods asking for GPUs land there.
+        annotations[GPU_ANNOTATION] = compute.gpu
+        pod["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
     spec: Obj = {}
     if compute.autoscale is None:
         spec["replicas"] = compute.replicas  # with autoscaling the HorizontalPodAutoscaler owns the count
@@ -146,17 +171,7 @@ def _deployment(wiring: ChainWiring, chainlet: ChainletWiring) -> Obj:
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 "metadata": {"labels": labels, "annotations": annotations},
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "terminationGracePeriodSeconds": chainlet.termination_grace_sec,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": RUN_AS_USER,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [_container(wiring, chainlet)],
-                },
+                "spec": pod,
             },
         }
     )

@@ -30,6 +30,7 @@ import jinja2
 
 import chains as chains_package
 from chains.checks import Chain, ChainletSpec
+from chains.config import Compute
 from chains.errors import ChainsUsageError
 from chains.server.openapi import example_arguments
 from chains.targets import PushOptions
@@ -138,11 +139,7 @@ def truss_config(
         "system_packages": list(config.docker_image.apt_requirements),
         "environment_variables": env,
         "secrets": secrets,
-        "resources": {
-            "cpu": cpu_quantity(config.compute.cpu_count),
-            "memory": memory_quantity(config.compute.memory),
-            "use_gpu": False,
-        },
+        "resources": _resources(config.compute),
         "runtime": {"predict_concurrency": config.compute.concurrency},
         "model_metadata": {
             "chains": {
@@ -155,6 +152,17 @@ def truss_config(
             "example_model_input": example_arguments(spec.endpoint),
         },
     }
+
+
+def _resources(compute: Compute) -> dict[str, Any]:
+    resources: dict[str, Any] = {
+        "cpu": cpu_quantity(compute.cpu_count),
+        "memory": memory_quantity(compute.memory),
+        "use_gpu": compute.gpu is not None,
+    }
+    if compute.gpu is not None:
+        resources["accelerator"] = f"{compute.gpu}:{compute.gpu_count}"  # Baseten's "A10G:2"
+    return resources
 
 
 def _dependencies(chainlet: ChainletWiring) -> list[str]:

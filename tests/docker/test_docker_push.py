@@ -345,3 +345,37 @@ def test_apt_requirements_are_installed_in_the_image(engine: Any, cli: Cli, tmp_
     finally:
         cli.run("stop", "dk-apt", check=False)
         remove_chain(engine, "dk-apt")
+
+
+# -- GPUs -----------------------------------------------------------------------------------------
+
+GPU = """
+    import chains
+
+
+    @chains.mark_entrypoint("dk-gpu")
+    class Infer(chains.ChainletBase):
+        remote_config = chains.RemoteConfig(compute=chains.Compute(gpu="T4"))
+
+        async def run_remote(self, text: str) -> str:
+            return text
+"""
+
+
+def test_a_gpu_chainlet_asks_the_engine_for_a_gpu_and_says_why_it_got_none(
+    engine: Any, cli: Cli, tmp_path: Path
+) -> None:
+    # This engine has no NVIDIA runtime (nor a GPU): the container's device request is refused
+    # when it starts, and the push says so in terms of the chainlet's Compute.
+    file = write_chain(tmp_path / "gpu", GPU)
+    try:
+        result = cli.run("push", str(file), "--target", "docker", check=False)
+        assert result.returncode != 0
+        assert "chainlet Infer asks for a GPU (Compute(gpu='T4'))" in result.stderr, result.stderr
+        assert "install the NVIDIA Container Toolkit" in result.stderr
+        # The engine's own refusal, which only a request for GPU devices gets.
+        assert 'could not select device driver "" with capabilities: [[gpu]]' in result.stderr
+        assert not engine.containers({"chains.chain": "dk-gpu"}), "a failed push leaves no container"
+    finally:
+        cli.run("stop", "dk-gpu", check=False)
+        remove_chain(engine, "dk-gpu")

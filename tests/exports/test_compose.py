@@ -109,8 +109,11 @@ def test_compute_becomes_replicas_limits_and_stop_grace(compose: dict[str, Expor
     assert store["deploy"]["replicas"] == 3
     assert store["deploy"]["resources"]["limits"] == {"cpus": "2", "memory": f"{10**9}b"}
     assert store["stop_grace_period"] == "55s"  # the 50 s drain and a margin
-    embed = services["rich-chain-embed-model"]["deploy"]["resources"]["limits"]
-    assert embed == {"cpus": "0.5", "memory": "1536m"}
+    embed = services["rich-chain-embed-model"]["deploy"]["resources"]
+    assert embed["limits"] == {"cpus": "0.5", "memory": "1536m"}
+    # Compute(gpu="T4"): one GPU reserved from the engine's NVIDIA runtime.
+    assert embed["reservations"] == {"devices": [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]}
+    assert "reservations" not in store["deploy"]["resources"]
 
 
 def test_output_is_deterministic(compose: dict[str, Export], tmp_path: Path) -> None:

@@ -162,6 +162,18 @@ def test_compute_becomes_resources_replicas_and_autoscaling(k8s: dict[str, Expor
     # With autoscaling the HorizontalPodAutoscaler owns the count: the Deployment leaves it unset.
     assert "replicas" not in embed["spec"]
     assert container(embed)["resources"]["requests"] == {"cpu": "500m", "memory": "1.5Gi"}
+    # Compute(gpu="T4"): one GPU from the device plugin, the type named for a nodeSelector,
+    # and the usual GPU-node taint tolerated; Store asks for none of it.
+    assert container(embed)["resources"]["limits"] == {
+        "cpu": "500m",
+        "memory": "1.5Gi",
+        "nvidia.com/gpu": "1",
+    }
+    assert embed["spec"]["template"]["metadata"]["annotations"]["chains/gpu"] == "T4"
+    assert embed["spec"]["template"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert "tolerations" not in store["spec"]["template"]["spec"]
     [hpa] = of_kind(exported, "HorizontalPodAutoscaler").values()
     assert hpa["apiVersion"] == "autoscaling/v2"
     assert hpa["spec"]["scaleTargetRef"] == {

@@ -96,7 +96,9 @@ def test_layout(truss: dict[str, Export]) -> None:
 
 def test_config_carries_resources_secrets_and_requirements(truss: dict[str, Export]) -> None:
     config = yaml.safe_load((truss["rich"].out / "Embed_Model" / "config.yaml").read_text())
-    assert config["resources"] == {"cpu": "500m", "memory": "1.5Gi", "use_gpu": False}
+    assert config["resources"] == {"cpu": "500m", "memory": "1.5Gi", "use_gpu": True, "accelerator": "T4:1"}
+    store = yaml.safe_load((truss["rich"].out / "Store" / "config.yaml").read_text())
+    assert store["resources"] == {"cpu": "2", "memory": "1G", "use_gpu": False}
     assert config["secrets"] == {"chains_internal_token": None, "hf_token": None}
     assert "numpy>=1.26" in config["requirements"]
     assert any(r.startswith("pydantic") for r in config["requirements"])
@@ -232,6 +234,8 @@ for arg in sys.argv[1:]:
                              "--non-interactive"], capture_output=True, text=True)
     report[directory.name] = {
         "cpu": config.resources.cpu, "memory": config.resources.memory,
+        "accelerator": [str(getattr(config.resources.accelerator.accelerator, "value", None)),
+                        config.resources.accelerator.count, config.resources.use_gpu],
         "secrets": sorted(config.secrets), "requirements": config.requirements,
         "build_rc": result.returncode, "build_err": result.stderr[-2000:],
         "build_files": sorted(p.name for p in build.iterdir()) if build.exists() else [],
@@ -258,3 +262,6 @@ def test_truss_loads_every_config_and_builds_every_context(truss: dict[str, Expo
         assert "./packages /packages" in entry["dockerfile"] and "./data" in entry["dockerfile"]
         assert "chains_internal_token" in entry["secrets"]
     assert report["Embed_Model"]["cpu"] == "500m" and "numpy>=1.26" in report["Embed_Model"]["requirements"]
+    # truss's own reading of the GPU: a T4, one of them, and the model asks for a GPU.
+    assert report["Embed_Model"]["accelerator"] == ["T4", 1, True]
+    assert report["Store"]["accelerator"] == ["None", 1, False]

@@ -44,6 +44,20 @@ def test_bad_values_name_class_and_field() -> None:
         chains.DockerImage(pip_requirements=[" "])
 
 
+def test_gpus_name_their_type_and_count() -> None:
+    compute = chains.Compute(gpu="A10G", gpu_count=2)
+    assert (compute.gpu, compute.gpu_count) == ("A10G", 2)
+    assert chains.Compute().gpu is None
+    with pytest.raises(chains.ChainsUsageError, match=r"Compute\.gpu: 'A10 G' is not an accelerator type"):
+        chains.Compute(gpu="A10 G")
+    with pytest.raises(
+        chains.ChainsUsageError, match=r"Compute\.gpu_count: gpu_count=2 needs the accelerator"
+    ):
+        chains.Compute(gpu_count=2)
+    with pytest.raises(chains.ChainsUsageError, match=r"Compute\.gpu_count: Input should be greater"):
+        chains.Compute(gpu="T4", gpu_count=0)
+
+
 def test_config_is_frozen_and_has_defaults() -> None:
     config = chains.RemoteConfig()
     assert config.compute.concurrency == 32 and config.compute.replicas == 1

@@ -1,6 +1,6 @@
 """A chain that uses every deployment setting the export targets turn into configuration.
 
-Replicas, autoscaling, declared secrets, environment variables, a custom drain time, names
+Replicas, autoscaling, a GPU, declared secrets, environment variables, a custom drain time, names
 with underscores and capitals, and a dependency used by two callers.
 """
 
@@ -10,10 +10,10 @@ import chains
 
 
 class Embed_Model(chains.ChainletBase):
-    """Autoscales between 2 and 8 replicas, aiming at 4 calls in flight per replica."""
+    """Autoscales between 2 and 8 replicas, aiming at 4 calls in flight per replica; a T4 each."""
 
     remote_config = chains.RemoteConfig(
-        compute=chains.Compute(cpu_count=0.5, memory="1.5Gi", concurrency=8, autoscale=(2, 8, 4)),
+        compute=chains.Compute(cpu_count=0.5, memory="1.5Gi", gpu="T4", concurrency=8, autoscale=(2, 8, 4)),
         assets=chains.Assets(secret_keys=["hf_token"]),
         docker_image=chains.DockerImage(pip_requirements=["numpy>=1.26"]),
     )
