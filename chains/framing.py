@@ -37,7 +37,14 @@ from chains.errors import ChainsRuntimeError, StreamInterrupted
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
+    "END_FRAME",
     "HEADER_SIZE",
+    "KIND_END",
+    "KIND_ERROR",
+    "KIND_FOOTER",
+    "KIND_HEADER",
+    "KIND_ITEM",
+    "KIND_PREAMBLE",
     "MAX_ENCODABLE_SIZE",
     "PROTOCOL_VERSION",
     "Frame",
@@ -78,6 +85,15 @@ class FrameKind(IntEnum):
     ERROR = ord("X")  # JSON of a chains.errors.ErrorDetail; the stream stops after it
     END = ord("E")  # empty; the stream is complete
 
+
+# The kind bytes as plain ints, for the per-frame loops of the readers and writers: comparing
+# with an IntEnum member costs an attribute lookup per frame.
+KIND_PREAMBLE: Final = FrameKind.PREAMBLE.value
+KIND_HEADER: Final = FrameKind.HEADER.value
+KIND_ITEM: Final = FrameKind.ITEM.value
+KIND_FOOTER: Final = FrameKind.FOOTER.value
+KIND_ERROR: Final = FrameKind.ERROR.value
+KIND_END: Final = FrameKind.END.value
 
 Frame = tuple[int, bytes]
 """A decoded frame: its kind byte (compare with :class:`FrameKind`) and its payload."""
@@ -124,6 +140,9 @@ def encode_frame(kind: int, payload: bytes) -> bytes:
             f"{MAX_ENCODABLE_SIZE} bytes; split the value into several items"
         )
     return _pack_header(kind, size) + payload
+
+
+END_FRAME: Final = encode_frame(KIND_END, b"")  # every complete stream's last frame
 
 
 class Preamble:

@@ -34,9 +34,15 @@ from typing import Any, Final, Literal, NamedTuple, Protocol, get_args
 from chains.errors import ChainsUsageError, ErrorDetail, RemoteError
 from chains.framing import (
     DEFAULT_MAX_FRAME_SIZE,
+    END_FRAME,
+    KIND_END,
+    KIND_ERROR,
+    KIND_FOOTER,
+    KIND_HEADER,
+    KIND_ITEM,
+    KIND_PREAMBLE,
     MAX_ENCODABLE_SIZE,
     FrameDecoder,
-    FrameKind,
     StreamProtocolError,
     encode_frame,
 )
@@ -85,14 +91,6 @@ NDJSON_MEDIA_TYPE: Final = "application/x-ndjson"
 ErrorHook = Callable[[BaseException], None]
 """Called with the producer's exception when the framed or SSE encoder turns it into an error
 frame or event, since the exception itself then goes no further (the server logs it there)."""
-
-_ITEM: Final = FrameKind.ITEM.value
-_HEADER: Final = FrameKind.HEADER.value
-_FOOTER: Final = FrameKind.FOOTER.value
-_ERROR: Final = FrameKind.ERROR.value
-_END: Final = FrameKind.END.value
-_PREAMBLE: Final = FrameKind.PREAMBLE.value
-_END_FRAME: Final = encode_frame(_END, b"")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,10 +474,10 @@ async def _converted(
                 failure.append(exc)
                 if on_error is not None:
                     on_error(exc)
-                yield _ERROR, _error_payload(exc, chainlet)
+                yield KIND_ERROR, _error_payload(exc, chainlet)
                 return
-            yield _ITEM, data
-        yield _END, b""
+            yield KIND_ITEM, data
+        yield KIND_END, b""
     finally:
         await _close(source)
 
@@ -523,14 +521,14 @@ async def encode_framed(
             except Exception as exc:
                 if on_error is not None:
                     on_error(exc)
-                yield head + encode_frame(_ERROR, _error_payload(exc, chainlet))
+                yield head + encode_frame(KIND_ERROR, _error_payload(exc, chainlet))
                 return
             if head:
-                yield head + encode_frame(_ITEM, payload)
+                yield head + encode_frame(KIND_ITEM, payload)
                 head = b""
             else:
-                yield encode_frame(_ITEM, payload)
-        yield head + _END_FRAME
+                yield encode_frame(KIND_ITEM, payload)
+        yield head + END_FRAME
     finally:
         await _close(source)
 
@@ -598,23 +596,23 @@ async def encode_sse(
         structured = _Structured(shape, source, chainlet, on_error)
         async with aclosing(_frames_of(structured.chunks())) as frames:
             async for kind, payload in frames:
-                if kind == _ITEM:
+                if kind == KIND_ITEM:
                     yield _sse_data(payload)
-                elif kind == _HEADER:
+                elif kind == KIND_HEADER:
                     yield _sse_data(payload, b"event: header\n")
-                elif kind == _FOOTER:
+                elif kind == KIND_FOOTER:
                     yield _sse_data(payload, b"event: footer\n")
-                elif kind == _ERROR:
+                elif kind == KIND_ERROR:
                     yield _sse_data(payload, b"event: error\n")
-                elif kind == _END:
+                elif kind == KIND_END:
                     yield _SSE_END
         return
     failure: list[Exception] = []
     async with aclosing(_converted(source, _sse_converter(shape), chainlet, on_error, failure)) as events:
         async for tag, data in events:
-            if tag == _ITEM:
+            if tag == KIND_ITEM:
                 yield data
-            elif tag == _ERROR:
+            elif tag == KIND_ERROR:
                 yield _sse_data(data, b"event: error\n")
             else:
                 yield _SSE_END
@@ -639,7 +637,7 @@ async def _frames_of(
     async with aclosing(chunks):
         async for chunk in chunks:
             for kind, payload in decoder.feed(chunk):
-                if kind != _PREAMBLE:
+                if kind != KIND_PREAMBLE:
                     yield kind, payload
 
 
@@ -683,13 +681,13 @@ async def encode_raw(
         structured = _Structured(shape, source, chainlet, None)
         async with aclosing(_frames_of(structured.chunks())) as frames:
             async for kind, payload in frames:
-                if kind == _ITEM:
+                if kind == KIND_ITEM:
                     yield b'{"item":' + payload + b"}\n"
-                elif kind == _HEADER:
+                elif kind == KIND_HEADER:
                     yield b'{"header":' + payload + b"}\n"
-                elif kind == _FOOTER:
+                elif kind == KIND_FOOTER:
                     yield b'{"footer":' + payload + b"}\n"
-                elif kind == _ERROR:
+                elif kind == KIND_ERROR:
                     # The writer's own error() frame has no exception here: raise its detail.
                     raise structured.failure or RemoteError.from_detail(
                         ErrorDetail.model_validate_json(payload)
@@ -698,10 +696,10 @@ async def encode_raw(
     failure: list[Exception] = []
     async with aclosing(_converted(source, _raw_converter(shape), chainlet, None, failure)) as values:
         async for tag, data in values:
-            if tag == _ITEM:
+            if tag == KIND_ITEM:
                 if data:  # an empty chunk could read as the end of a chunked body
                     yield data
-            elif tag == _ERROR:
+            elif tag == KIND_ERROR:
                 raise failure[0]
 
 

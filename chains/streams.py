@@ -38,10 +38,16 @@ import pydantic_core
 from chains.errors import ChainsUsageError, ErrorDetail, RemoteError, StreamInterrupted
 from chains.framing import (
     DEFAULT_MAX_FRAME_SIZE,
+    END_FRAME,
+    KIND_END,
+    KIND_ERROR,
+    KIND_FOOTER,
+    KIND_HEADER,
+    KIND_ITEM,
+    KIND_PREAMBLE,
     MAX_ENCODABLE_SIZE,
     Frame,
     FrameDecoder,
-    FrameKind,
     StreamProtocolError,
     encode_frame,
     encode_preamble,
@@ -75,12 +81,6 @@ HeaderT = TypeVar("HeaderT")
 FooterT = TypeVar("FooterT")
 
 _pack_header: Final = pack_header
-_PREAMBLE: Final = FrameKind.PREAMBLE.value
-_HEADER: Final = FrameKind.HEADER.value
-_ITEM: Final = FrameKind.ITEM.value
-_FOOTER: Final = FrameKind.FOOTER.value
-_ERROR: Final = FrameKind.ERROR.value
-_END: Final = FrameKind.END.value
 
 
 class StreamSchemaMismatch(StreamProtocolError):
@@ -430,15 +430,15 @@ class StreamWriter(Generic[ItemT]):
         """The frame of one item (a value of the stream's item type)."""
         if self._state != _ITEMS:
             self._before_item()
-            chunk = self._chunk(encode_frame(_ITEM, self._dump_item(item)))
+            chunk = self._chunk(encode_frame(KIND_ITEM, self._dump_item(item)))
             self._state = _ITEMS
             return chunk
         # The per-item path, inlined: for small items the frame's own cost is mostly calls.
         payload = self._dump_item(item)
         if len(payload) > MAX_ENCODABLE_SIZE:
-            encode_frame(_ITEM, payload)  # raises, saying why
+            encode_frame(KIND_ITEM, payload)  # raises, saying why
         self._count += 1
-        return WriterChunk(_pack_header(_ITEM, len(payload)) + payload)
+        return WriterChunk(_pack_header(KIND_ITEM, len(payload)) + payload)
 
     def end(self) -> WriterChunk:
         """The end frame; after it the stream is complete and the writer is closed.
@@ -448,7 +448,7 @@ class StreamWriter(Generic[ItemT]):
         frames over your own transport.
         """
         self._before_end()
-        chunk = self._chunk(encode_frame(_END, b""))
+        chunk = self._chunk(END_FRAME)
         self._state = _CLOSED
         return chunk
 
@@ -460,7 +460,7 @@ class StreamWriter(Generic[ItemT]):
         if self._state == _CLOSED:
             raise self._refuse("error", "the stream was already ended")
         detail = ErrorDetail.from_exception(exc, chainlet)
-        chunk = self._chunk(encode_frame(_ERROR, detail.model_dump_json().encode()))
+        chunk = self._chunk(encode_frame(KIND_ERROR, detail.model_dump_json().encode()))
         self._state = _CLOSED
         return chunk
 
@@ -543,7 +543,7 @@ class HeaderStreamWriter(StreamWriter[ItemT], Generic[ItemT, HeaderT]):
         """The header frame; it comes first and once."""
         self._before_header()
         assert self._wire.header is not None
-        chunk = self._chunk(encode_frame(_HEADER, self._wire.header.dump(header)))
+        chunk = self._chunk(encode_frame(KIND_HEADER, self._wire.header.dump(header)))
         self._header_written = True
         return chunk
 
@@ -557,7 +557,7 @@ class FooterStreamWriter(StreamWriter[ItemT], Generic[ItemT, FooterT]):
         """The footer frame; it comes once, after the last item."""
         self._before_footer()
         assert self._wire.footer is not None
-        chunk = self._chunk(encode_frame(_FOOTER, self._wire.footer.dump(footer)))
+        chunk = self._chunk(encode_frame(KIND_FOOTER, self._wire.footer.dump(footer)))
         self._state = _AFTER_FOOTER
         return chunk
 
@@ -739,11 +739,11 @@ class FrameReader:
 
     def _unexpected(self, kind: int, expected: str) -> StreamProtocolError:
         wire = self.wire
-        if kind == _HEADER and wire.header is None:
+        if kind == KIND_HEADER and wire.header is None:
             problem = f"a header frame, but {wire.name} declares no header_type"
-        elif kind == _FOOTER and wire.footer is None:
+        elif kind == KIND_FOOTER and wire.footer is None:
             problem = f"a footer frame, but {wire.name} declares no footer_type"
-        elif kind == _PREAMBLE:
+        elif kind == KIND_PREAMBLE:
             problem = "a second preamble frame (two streams concatenated?)"
         else:
             problem = f"a {kind_name(kind)}"
@@ -771,9 +771,9 @@ class FrameReader:
         try:
             if self._state == _START:
                 kind, payload = await self._next_frame()
-                if kind == _ERROR:
+                if kind == KIND_ERROR:
                     raise self._remote(payload)
-                if kind != _PREAMBLE:
+                if kind != KIND_PREAMBLE:
                     raise StreamProtocolError(
                         f"the stream starts with a {kind_name(kind)} instead of a preamble; it was not "
                         "produced by a chains stream writer or encoder, or its start was lost"
@@ -782,10 +782,10 @@ class FrameReader:
                 self._state = _NEED_HEADER if self.wire.header is not None else _BODY
             if self._state == _NEED_HEADER:
                 kind, payload = await self._next_frame()
-                if kind == _HEADER:
+                if kind == KIND_HEADER:
                     self._header = self._parse("header", payload)
                     self._state = _BODY
-                elif kind == _ERROR:
+                elif kind == KIND_ERROR:
                     raise self._remote(payload)
                 else:
                     raise self._unexpected(kind, "the header")
@@ -825,7 +825,7 @@ class FrameReader:
                     raise await self._fail(exc) from None
             kind, payload = self._frames[self._index]
             self._index += 1
-            if kind != _ITEM:
+            if kind != KIND_ITEM:
                 await self._after_items(kind, payload)
                 return
             try:
@@ -842,17 +842,17 @@ class FrameReader:
 
     async def _after_items(self, kind: int, payload: bytes) -> None:
         try:
-            if kind == _FOOTER and self.wire.footer is not None:
+            if kind == KIND_FOOTER and self.wire.footer is not None:
                 self._footer = self._parse("footer", payload)
                 self._state = _FOOTER_READ
-            elif kind == _END:
+            elif kind == KIND_END:
                 if self.wire.footer is not None:
                     raise StreamProtocolError(
                         f"the {self.wire.name} stream ended without its footer: the producer did not "
                         "write one"
                     )
                 await self._finish()
-            elif kind == _ERROR:
+            elif kind == KIND_ERROR:
                 raise self._remote(payload)
             else:
                 raise self._unexpected(
@@ -877,9 +877,9 @@ class FrameReader:
         if self._state == _FOOTER_READ:
             try:
                 kind, payload = await self._next_frame()
-                if kind == _ERROR:
+                if kind == KIND_ERROR:
                     raise self._remote(payload)
-                if kind != _END:
+                if kind != KIND_END:
                     raise self._unexpected(kind, "the end frame after the footer")
                 await self._finish()
             except Exception as exc:
