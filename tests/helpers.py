@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -79,6 +80,57 @@ def generate_chain(file: Path, out: Path, entrypoint: str | None = None) -> dict
     chain = load_chain(file, entrypoint)
     result = generate(chain, file, out)
     return {name: Path(c.directory) for name, c in result.chainlets.items()}
+
+
+class Cli:
+    """The ``chains`` command line in a subprocess, with its state in a folder of the test's own.
+
+    ``env`` is added to this process's environment; ``target``, when given, goes to every push.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        target: str | None = None,
+        timeout: float = 90,
+    ) -> None:
+        self.home = home
+        self.env = {**os.environ, "CHAINS_HOME": str(home), **(env or {})}
+        self.target = target
+        self.timeout = timeout
+
+    def run(
+        self, *args: str, timeout: float | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "chains", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout or self.timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"chains {' '.join(args)} failed ({result.returncode}):\n{result.stderr}\n{result.stdout}"
+            )
+        return result
+
+    def push_reporting(self, *args: str) -> tuple[dict[str, Any], str]:
+        """``chains push ... --json``: the JSON object it printed, and the progress on stderr."""
+        target = ["--target", self.target] if self.target else []
+        result = self.run("push", *args, *target, "--json")
+        payload: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
+        return payload, result.stderr
+
+    def push(self, *args: str) -> dict[str, Any]:
+        return self.push_reporting(*args)[0]
+
+    def state(self, name: str) -> dict[str, Any]:
+        state: dict[str, Any] = json.loads(self.run("status", name, "--json").stdout)
+        return state
 
 
 class ServerProcess:

@@ -11,10 +11,7 @@ under those names is removed after it.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ from typing import Any
 import pytest
 
 from chains.errors import ChainsRuntimeError
+from tests import helpers
 
 REQUIRED = os.environ.get("CHAINS_REQUIRE_DOCKER") == "1"
 BASE_IMAGE = os.environ.get("CHAINS_TEST_BASE_IMAGE") or "chains-python:bookworm"
@@ -62,42 +60,12 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("chains-cache")
 
 
-class Cli:
-    """The ``chains`` command line in a subprocess, with state in a folder of the test's own."""
+class Cli(helpers.Cli):
+    """The command line pushing to the docker target, with the session's wheel cache and base image."""
 
     def __init__(self, home: Path, cache: Path) -> None:
-        self.home = home
-        self.env = {
-            **os.environ,
-            "CHAINS_HOME": str(home),
-            "CHAINS_CACHE_DIR": str(cache),
-            "CHAINS_BASE_IMAGE": BASE_IMAGE,
-        }
-
-    def run(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [sys.executable, "-m", "chains", *args],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(
-                f"chains {' '.join(args)} failed ({result.returncode}):\n{result.stderr}\n{result.stdout}"
-            )
-        return result
-
-    def push(self, *args: str) -> tuple[dict[str, Any], str]:
-        """``chains push ... --target docker --json``: the JSON it printed, and its progress."""
-        result = self.run("push", *args, "--target", "docker", "--json")
-        payload: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
-        return payload, result.stderr
-
-    def state(self, name: str) -> dict[str, Any]:
-        state: dict[str, Any] = json.loads(self.run("status", name, "--json").stdout)
-        return state
+        env = {"CHAINS_CACHE_DIR": str(cache), "CHAINS_BASE_IMAGE": BASE_IMAGE}
+        super().__init__(home, env=env, target="docker", timeout=600)
 
 
 def remove_chain(engine: Any, name: str) -> None:

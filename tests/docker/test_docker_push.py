@@ -137,7 +137,7 @@ def three(engine: Any, tmp_path_factory: pytest.TempPathFactory, cache_dir: Path
     file = write_chain(folder / "chain", THREE)
     cli = Cli(folder / "home", cache_dir)
     dangling = dangling_images(engine)
-    pushed, progress = cli.push(str(file), "--secret", "leaf_key=s3cret", "--timeout", "120")
+    pushed, progress = cli.push_reporting(str(file), "--secret", "leaf_key=s3cret", "--timeout", "120")
     info = {"cli": cli, "file": file, "pushed": pushed, "progress": progress, "dangling": dangling}
     yield info
     cli.run("stop", "dk-three", check=False)
@@ -231,7 +231,7 @@ def test_call_and_logs(engine: Any, three: dict[str, Any]) -> None:
 def test_unchanged_repush_builds_nothing_and_keeps_the_url(engine: Any, three: dict[str, Any]) -> None:
     cli: Cli = three["cli"]
     before = {c.name: c.id for c in _containers(engine).values()}
-    pushed, progress = cli.push(str(three["file"]), "--secret", "leaf_key=s3cret")
+    pushed, progress = cli.push_reporting(str(three["file"]), "--secret", "leaf_key=s3cret")
     assert "building" not in progress and progress.count("is up to date") == 3, progress
     assert pushed["entrypoint_url"] == three["pushed"]["entrypoint_url"]
     after = {c.name: c.id for c in _containers(engine).values()}
@@ -337,7 +337,7 @@ def test_apt_requirements_are_installed_in_the_image(engine: Any, cli: Cli, tmp_
     cli.env["CHAINS_BUILD_NETWORK"] = "host"
     file = write_chain(tmp_path / "apt", APT)
     try:
-        pushed, _ = cli.push(str(file))
+        pushed = cli.push(str(file))
         answer = httpx.post(
             f"{pushed['entrypoint_url']}/run_remote", json={"document": '{"b": [1, 2]}'}, timeout=30
         )

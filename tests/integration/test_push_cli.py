@@ -16,35 +16,11 @@ import httpx
 import pytest
 
 from chains.targets.state import pid_alive
-from tests.helpers import write_chain
+from tests.helpers import Cli, write_chain
 
 ROOT = Path(__file__).parents[2]
 HELLO = ROOT / "examples" / "hello" / "chain.py"
 STREAMING = ROOT / "examples" / "streaming" / "chain.py"
-
-
-class Cli:
-    def __init__(self, home: Path) -> None:
-        self.env = {**os.environ, "CHAINS_HOME": str(home)}
-        self.home = home
-
-    def run(self, *args: str, timeout: float = 90, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [sys.executable, "-m", "chains", *args],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=timeout,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(f"chains {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
-        return result
-
-    def push(self, *args: str) -> dict[str, object]:
-        return json.loads(self.run("push", *args, "--json").stdout.splitlines()[-1])
-
-    def state(self, name: str) -> dict[str, object]:
-        return json.loads(self.run("status", name, "--json").stdout)
 
 
 @pytest.fixture
@@ -354,7 +330,10 @@ def test_an_api_key_guards_the_entrypoint(cli: Cli) -> None:
     assert refused.returncode == 1 and "401" in refused.stderr
     env_call = subprocess.run(
         [sys.executable, "-m", "chains", "call", "hello-key", "--json", '{"names": ["B"]}'],
-        capture_output=True, text=True, env={**cli.env, "CHAINS_API_KEY": "s3cret-key"}, timeout=60,
+        capture_output=True,
+        text=True,
+        env={**cli.env, "CHAINS_API_KEY": "s3cret-key"},
+        timeout=60,
     )
     assert json.loads(env_call.stdout) == ["Hello, B!"]
     assert "s3cret-key" not in cli.run("status", "hello-key", "--json").stdout
