@@ -90,10 +90,11 @@ def model_addresses(chain: Chain, model_urls: Mapping[str, str]) -> dict[str, di
                      "path": "/environments/production/predict",
                      "auth": {"scheme": "Api-Key", "secret": "baseten_api_key"}}}
     """
+    names = {spec.name for spec in chain.chainlets}
     called = {dep.name for spec in chain.chainlets for dep in spec.dependencies}
     addresses: dict[str, dict[str, Any]] = {}
     for name, url in sorted(model_urls.items()):
-        if name not in {spec.name for spec in chain.chainlets}:
+        if name not in names:
             known = ", ".join(sorted(called)) or "none"
             raise ChainsUsageError(
                 f"--model-url {name}=...: chain {chain.name} has no chainlet {name} (called: {known})"
