@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, report
+from benchmarks.report import RESULTS_DIR
 
 BASELINE = "bare-starlette"
 TARGETS = {
@@ -36,7 +37,6 @@ BODY = json.dumps(
         "max_tokens": 256,
     }
 ).encode()
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -118,10 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(summaries))
 
     ratio = ratios(summaries)
-    report: dict[str, Any] = {
-        "benchmark": "asgi_frameworks",
-        "started_utc": started.isoformat(timespec="seconds"),
-        "environment": env,
+    results: dict[str, Any] = {
         "settings": {
             "rounds": args.rounds,
             "duration_s": args.duration,
@@ -142,10 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ],
     }
     # A separate default file keeps a --streaming run from replacing the figures the docs quote.
-    output: Path = args.output or RESULTS / f"asgi_frameworks{'_streaming' if args.streaming else ''}.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {output}", file=sys.stderr)
+    output: Path = (
+        args.output or RESULTS_DIR / f"asgi_frameworks{'_streaming' if args.streaming else ''}.json"
+    )
+    report.write_results("asgi_frameworks", results, output, started=started, environment=env)
     errors = sum(s.errors for s in summaries)
     if errors:
         print(f"{errors} requests failed; these figures are not valid", file=sys.stderr)

@@ -80,8 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report.check_lines(results))
     errors = sum(s.errors for s in summaries)
     output: dict[str, Any] = {
-        "started_utc": started.isoformat(timespec="seconds"),
-        "environment": env,
         "settings": {
             "rounds": args.rounds,
             "duration_s": args.duration,
@@ -93,8 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "checks": [c.to_json() for c in results],
         "results": [s.to_json() for s in summaries],
     }
-    path = report.write_results("chainlet_server", output, args.output)
-    print(f"wrote {path}", file=sys.stderr)
+    report.write_results("chainlet_server", output, args.output, started=started, environment=env)
     if errors:
         print(f"{errors} requests failed; these figures are not valid", file=sys.stderr)
         return 1

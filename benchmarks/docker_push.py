@@ -301,8 +301,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     print(report.check_lines(checks))
     output = {
-        "started_utc": started.isoformat(timespec="seconds"),
-        "environment": env_info,
         "settings": {
             "warm": args.warm,
             "repushes": args.repushes,
@@ -313,8 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summary": summary,
         "repushes": repush,
     }
-    path = report.write_results("docker_push", output, args.output)
-    print(f"wrote {path}", file=sys.stderr)
+    report.write_results("docker_push", output, args.output, started=started, environment=env_info)
     return 0
 
 

@@ -168,8 +168,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(paired by round: {figures['paired_by_round_ms']:.3f} ms)"
         )
     output: dict[str, Any] = {
-        "started_utc": started.isoformat(timespec="seconds"),
-        "environment": env,
         "settings": {
             "rounds": args.rounds,
             "duration_s": args.duration,
@@ -182,8 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "added_p50_ms": added,
         "results": [s.to_json() for s in summaries],
     }
-    path = report.write_results("one_hop", output, args.output)
-    print(f"wrote {path}", file=sys.stderr)
+    report.write_results("one_hop", output, args.output, started=started, environment=env)
     return 0 if all(c.met for c in results if c.name.startswith("failed")) else 1
 
 

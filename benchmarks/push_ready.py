@@ -161,15 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"supervisor RSS {supervisor_mib:6.1f} MiB")
     print(report.check_lines(results))
     output: dict[str, Any] = {
-        "started_utc": started.isoformat(timespec="seconds"),
-        "environment": env_info,
         "settings": {"pushes": args.pushes, "chain": CHAIN_FILE.name, "command": "chains push FILE --json"},
         "checks": [c.to_json() for c in results],
         "summary": summary,
         "pushes": pushes,
     }
-    path = report.write_results("push_ready", output, args.output)
-    print(f"wrote {path}", file=sys.stderr)
+    report.write_results("push_ready", output, args.output, started=started, environment=env_info)
     return 0
 
 

@@ -6,6 +6,7 @@ import argparse
 import datetime
 import json
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -96,12 +97,26 @@ def check_lines(checks: Sequence[Check]) -> str:
     return "\n".join(c.line() for c in checks)
 
 
-def write_results(name: str, report: dict[str, Any], output: Path | None = None) -> Path:
-    """Write ``report`` with the run's environment and times as ``results/<name>.json``."""
+def write_results(
+    name: str,
+    report: dict[str, Any],
+    output: Path | None = None,
+    *,
+    started: datetime.datetime,
+    environment: dict[str, Any],
+) -> Path:
+    """Write ``report`` with the run's environment and times as ``results/<name>.json`` (or
+    ``output``), and say where on stderr."""
     path = output or RESULTS_DIR / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    report = {"benchmark": name, **report}
+    report = {
+        "benchmark": name,
+        "started_utc": started.isoformat(timespec="seconds"),
+        "environment": environment,
+        **report,
+    }
     report.setdefault("finished_utc", datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
     report.setdefault("loadavg_at_end", os.getloadavg())
     path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {path}", file=sys.stderr)
     return path

@@ -256,8 +256,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = checks(summary)
     print(report.check_lines(results))
     output: dict[str, Any] = {
-        "started_utc": started.isoformat(timespec="seconds"),
-        "environment": env,
         "settings": {
             "rounds": args.rounds,
             "short_repeats": args.short_repeats,
@@ -272,8 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for client, kinds in runs.items()
         },
     }
-    path = report.write_results("streaming_hop", output, args.output)
-    print(f"wrote {path}", file=sys.stderr)
+    report.write_results("streaming_hop", output, args.output, started=started, environment=env)
     return 0
 
 
