@@ -206,6 +206,19 @@ def test_the_sse_and_raw_forms_carry_the_text(topology: Topology) -> None:
 STALL = {"n": 20, "size": 50, "delay": 0.01, "stall_after": 5, "stall": 3.0}
 
 
+async def _read_until_cut(url: str) -> tuple[list[str], StreamInterrupted]:
+    """The STALL stream read through a stub with no retries: what came, and the interruption."""
+    stub = TextStub(url, options=StubOptions(retries=0))
+    seen: list[str] = []
+    try:
+        with pytest.raises(StreamInterrupted) as info:
+            async for text in stub.run_remote(**STALL):  # type: ignore[arg-type]
+                seen.append(text)
+    finally:
+        await stub.aclose()
+    return seen, info.value
+
+
 @pytest.mark.parametrize("variant", list(TIMEOUTS))
 def test_a_proxy_timeout_in_front_of_the_entrypoint_is_an_interruption(
     topology: Topology, variant: str
@@ -214,13 +227,8 @@ def test_a_proxy_timeout_in_front_of_the_entrypoint_is_an_interruption(
     url = topology.front(variant, "text")
 
     async def scenario() -> dict[str, object]:
-        stub = TextStub(url, options=StubOptions(retries=0))
-        seen: list[str] = []
-        with pytest.raises(StreamInterrupted) as info:
-            async for text in stub.run_remote(**STALL):  # type: ignore[arg-type]
-                seen.append(text)
-        await stub.aclose()
-        assert not isinstance(info.value, RemoteError)  # the cut is the proxy's, not in-band
+        seen, cut = await _read_until_cut(url)
+        assert not isinstance(cut, RemoteError)  # the cut is the proxy's, not in-band
         assert seen == [payload(i, 50) for i in range(5)]
         async with httpx.AsyncClient(timeout=30) as client:
             raw = await read_raw(client, url, STALL)
@@ -229,7 +237,7 @@ def test_a_proxy_timeout_in_front_of_the_entrypoint_is_an_interruption(
         assert raw.body.decode() == expected_text(5, 50)
         assert isinstance(sse.error, httpx.RemoteProtocolError), sse.error
         assert "end" not in sse.event_names and len(sse_items(sse)) == 5
-        return {"stub_items_before_cut": len(seen), "stub": type(info.value).__name__}
+        return {"stub_items_before_cut": len(seen), "stub": type(cut).__name__}
 
     figures = asyncio.run(scenario())
     record(
@@ -251,13 +259,8 @@ def test_a_proxy_timeout_between_chainlets_reaches_the_client_as_an_interruption
     url = topology.via[variant].url
 
     async def scenario() -> dict[str, object]:
-        stub = TextStub(url, options=StubOptions(retries=0))
-        seen: list[str] = []
-        with pytest.raises(StreamInterrupted) as info:
-            async for text in stub.run_remote(**STALL):  # type: ignore[arg-type]
-                seen.append(text)
-        await stub.aclose()
-        error = info.value
+        seen, cut = await _read_until_cut(url)
+        error = cut
         assert isinstance(error, RemoteError) and error.detail is not None
         assert error.detail.chainlet == "TextEntry"
         assert seen == [payload(i, 50) for i in range(5)]
