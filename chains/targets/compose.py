@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
 from chains.checks import Chain
-from chains.errors import ChainsUsageError
 from chains.targets import PushOptions
-from chains.targets.files import header, write_export
+from chains.targets.files import export_code, header, regenerate_command, write_export
 from chains.targets.k8s_manifests import cpu_quantity
 from chains.targets.wiring import LABEL_NAME, LABEL_PART_OF, PORT, ChainletWiring, ChainWiring, wire
 from chains.targets.yamltext import dump
@@ -193,33 +191,27 @@ class ComposeTarget:
     """Writes ``compose.yaml``, ``.env.example`` and the generated code each image is built from."""
 
     def export(self, chain: Chain, source_file: Path, options: PushOptions) -> list[Path]:
-        from codegen import DEFAULT_BASE_IMAGE, generate
-        from codegen.layout import display_path
-
-        if options.out_dir is None:
-            raise ChainsUsageError("the compose target writes files: add --out DIR")
-        if options.apply:
-            raise ChainsUsageError(
-                "--apply is for the kubernetes target; run `docker compose up` in the output"
-            )
-        out_dir = options.out_dir
-        entry_port = options.entry_port or DEFAULT_ENTRY_PORT
-        generated = generate(
-            chain, source_file, out_dir / CHAINLETS_DIR, base_image=options.base_image or DEFAULT_BASE_IMAGE
+        out_dir, generated = export_code(
+            chain,
+            source_file,
+            options,
+            target="compose",
+            code_dir=CHAINLETS_DIR,
+            apply_hint="run `docker compose up` in the output",
         )
-        parts = ["chains", "push", display_path(source_file), "--target", "compose", "--dry-run"]
-        parts += ["--out", display_path(out_dir)]
+        entry_port = options.entry_port or DEFAULT_ENTRY_PORT
+        given = []
         if options.registry:
-            parts += ["--registry", options.registry]
+            given += ["--registry", options.registry]
         if options.entry_port:
-            parts += ["--port", str(options.entry_port)]
+            given += ["--port", str(options.entry_port)]
         _, written = write_compose(
             chain,
             source_file,
             {name: c.code_version for name, c in generated.chainlets.items()},
             out_dir,
             registry=options.registry,
-            command=shlex.join(parts),
+            command=regenerate_command(source_file, "compose", out_dir, *given),
             entry_port=entry_port,
         )
         return [*written, *(c.directory for c in generated.chainlets.values())]

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chains.checks import Chain
-from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.errors import ChainsRuntimeError
 from chains.targets import PushOptions
-from chains.targets.files import header, write_export
+from chains.targets.files import export_code, header, regenerate_command, write_export
 from chains.targets.k8s_manifests import (
     API_KEY_KEY,
     TOKEN_KEY,
@@ -161,28 +161,14 @@ def write_generated_manifests(
     return written
 
 
-def _command(source_file: Path, out_dir: Path, registry: str | None) -> str:
-    from codegen.layout import display_path
-
-    parts = ["chains", "push", display_path(source_file), "--target", "kubernetes", "--dry-run"]
-    parts += ["--out", display_path(out_dir)]
-    if registry:
-        parts += ["--registry", registry]
-    return shlex.join(parts)
-
-
 class KubernetesTarget:
     """Writes the manifests (and the code each image is built from); ``--apply`` applies them."""
 
     def export(self, chain: Chain, source_file: Path, options: PushOptions) -> list[Path]:
-        from codegen import DEFAULT_BASE_IMAGE, generate
-
-        if options.out_dir is None:
-            raise ChainsUsageError("the kubernetes target writes files: add --out DIR")
-        out_dir = options.out_dir
-        generated = generate(
-            chain, source_file, out_dir / CHAINLETS_DIR, base_image=options.base_image or DEFAULT_BASE_IMAGE
+        out_dir, generated = export_code(
+            chain, source_file, options, target="kubernetes", code_dir=CHAINLETS_DIR, apply_hint=None
         )
+        registry = ["--registry", options.registry] if options.registry else []
         versions = {name: c.code_version for name, c in generated.chainlets.items()}
         wiring, written = write_manifests(
             chain,
@@ -190,7 +176,7 @@ class KubernetesTarget:
             versions,
             out_dir,
             registry=options.registry,
-            command=_command(source_file, out_dir, options.registry),
+            command=regenerate_command(source_file, "kubernetes", out_dir, *registry),
         )
         if options.apply:
             apply(out_dir, wiring, options.timeout)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import shlex
 import shutil
 import urllib.parse
 from collections.abc import Mapping
@@ -34,7 +33,7 @@ from chains.config import Compute
 from chains.errors import ChainsUsageError
 from chains.server.openapi import example_arguments
 from chains.targets import PushOptions
-from chains.targets.files import MARK, header
+from chains.targets.files import export_code, header, is_ours, regenerate_command
 from chains.targets.k8s_manifests import cpu_quantity, memory_quantity
 from chains.targets.wiring import ChainletWiring, wire
 from chains.targets.yamltext import dump
@@ -215,9 +214,7 @@ def _config_notes(chainlet: ChainletWiring, addresses: Mapping[str, object]) -> 
 
 def _replace(directory: Path) -> None:
     if directory.exists():
-        config = directory / "config.yaml"
-        ours = config.is_file() and MARK in config.read_text(encoding="utf-8", errors="replace")[:300]
-        if not ours:
+        if not is_ours(directory / "config.yaml"):
             raise ChainsUsageError(
                 f"{directory} exists and is not a Truss written by chains; remove it or choose another --out"
             )
@@ -228,39 +225,23 @@ class TrussTarget:
     """Writes one Truss directory per chainlet."""
 
     def export(self, chain: Chain, source_file: Path, options: PushOptions) -> list[Path]:
-        from codegen import DEFAULT_BASE_IMAGE, generate
-        from codegen.layout import display_path
-
-        if options.out_dir is None:
-            raise ChainsUsageError("the truss target writes files: add --out DIR")
-        if options.apply:
-            raise ChainsUsageError(
-                "--apply is for the kubernetes target; deploy each Truss with `truss push`"
-            )
-        out_dir = options.out_dir
         addresses = model_addresses(chain, options.model_urls)
-        generated = generate(
-            chain, source_file, out_dir / GENERATED_DIR, base_image=options.base_image or DEFAULT_BASE_IMAGE
+        out_dir, generated = export_code(
+            chain,
+            source_file,
+            options,
+            target="truss",
+            code_dir=GENERATED_DIR,
+            apply_hint="deploy each Truss with `truss push`",
         )
         versions = {name: c.code_version for name, c in generated.chainlets.items()}
         wiring = wire(chain, versions, registry=None, environment=ENVIRONMENT)
-        command = shlex.join(
-            [
-                "chains",
-                "push",
-                display_path(source_file),
-                "--target",
-                "truss",
-                "--dry-run",
-                "--out",
-                display_path(out_dir),
-                *[
-                    arg
-                    for name, url in sorted(options.model_urls.items())
-                    for arg in ("--model-url", f"{name}={url}")
-                ],
-            ]
-        )
+        urls = [
+            arg
+            for name, url in sorted(options.model_urls.items())
+            for arg in ("--model-url", f"{name}={url}")
+        ]
+        command = regenerate_command(source_file, "truss", out_dir, *urls)
         head = header(source_file, chain.name, command)
         templates = jinja2.Environment(
             loader=jinja2.PackageLoader("chains.targets", "templates"),
