@@ -168,11 +168,11 @@ def test_repush_and_replace_under_streaming_load_refuse_reset_and_cut_nothing(ch
         seen, took = asyncio.run(under_load(chain.entrypoint_url, changes))
         after = read_state("repush")
         wait_until(lambda: all_ready("repush"), 10, "the chain ready after the changes")
+        # The new deployment took the socket over, rather than binding the port a second time.
+        log = (chain_dir("repush") / "deployments" / after.deployment / "supervisor.log").read_text()
     record("repush_under_load", **seen.figures(), took_sec=took)
     assert after.deployment != before.deployment
     assert after.entrypoint_url == before.entrypoint_url
-    # The new deployment took the socket over, rather than binding the port a second time.
-    log = (chain_dir("repush") / "deployments" / after.deployment / "supervisor.log").read_text()
     assert "not handed over" not in log, log
     assert sum(seen.calls.values()) > 3 * CLIENTS and all(seen.calls[k] for k in ("raw", "sse", "stub"))
     assert (seen.refused, seen.reset, seen.cut) == ([], [], []), seen.figures()
