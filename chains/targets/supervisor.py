@@ -4,7 +4,8 @@ It owns every chainlet's listening socket and hands it to the chainlet process, 
 restarted (or replaced) process serves the same port and calls made in between wait in the
 socket's backlog instead of being refused. It restarts crashed chainlets with backoff,
 gives up on one that keeps crashing, records what runs in ``state.json``, and takes
-commands (``replace``, ``stop``) on a unix socket.
+commands (``replace``, ``stop``, and ``entry_socket``, which hands the entrypoint's listening
+socket to the deployment replacing this one) on a unix socket.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ class Supervisor:
     def _listen(self, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Lets a replacement deployment bind the entrypoint's port while this one drains.
+        # Lets a replacement deployment that was not handed this socket (``entry_socket``)
+        # bind the entrypoint's port while this one drains.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((self.deployment.host, port))
         sock.listen(1024)
