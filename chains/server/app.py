@@ -123,7 +123,9 @@ class ChainletApp:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     def start_draining(self) -> None:
-        """Refuse new calls (503) and report not ready, while in-flight calls finish."""
+        """Report not ready while the server drains; calls that still reach the app (on
+        connections opened before the drain) are answered, not refused: a client that sent a
+        call on a connection it already had has nowhere else to send it."""
         self.draining = True
 
     @property
@@ -236,9 +238,8 @@ class ChainletApp:
         if refusal is not None:
             await send_json(send, 401, {"detail": refusal}, rid)
             return 401
-        if self.draining or self.instance is None:
-            detail = "shutting down" if self.draining else "not ready yet"
-            await send_json(send, 503, {"detail": detail}, [(b"retry-after", b"1"), *rid])
+        if self.instance is None:
+            await send_json(send, 503, {"detail": "not ready yet"}, [(b"retry-after", b"1"), *rid])
             return 503
         content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
         binary = content_type == codec.BINARY_MEDIA_TYPE

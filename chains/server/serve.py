@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
@@ -130,11 +131,25 @@ def configure_logging(chainlet: str, level: str = "INFO") -> None:
 
 
 class _DrainingServer(uvicorn.Server):
-    """On SIGTERM: report not ready, refuse new calls, let in-flight ones finish, then exit 0."""
+    """On SIGTERM: report not ready, stop accepting connections, answer the calls in flight
+    and those that still arrive on open connections (closing each after its answer), then
+    exit 0.
 
-    def __init__(self, config: uvicorn.Config, app: ChainletApp) -> None:
+    The drain refuses nothing that reached the process: a process that replaces it shares its
+    listening socket (see ``chains.targets.supervisor``) and takes the new connections, while
+    a client that sent a call on a connection it already had gets its answer. An idle
+    connection is closed once a call on it was answered or the client closes it; only those
+    still idle when the grace period ends are closed under the client, as the keep-alive
+    timeout would.
+
+    On an inherited socket (``fd``, shared with the process being replaced), it starts
+    accepting only once the chainlet is built, so that no call meets it "not ready yet".
+    """
+
+    def __init__(self, config: uvicorn.Config, app: ChainletApp, hold_until_built: bool = False) -> None:
         super().__init__(config)
         self.chainlet_app = app
+        self.hold_until_built = hold_until_built
         self.exit_code = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
@@ -146,6 +161,28 @@ class _DrainingServer(uvicorn.Server):
             await super().serve(sockets)
         finally:
             watcher.cancel()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if sockets is None or not self.hold_until_built:
+            await super().startup(sockets)
+            return
+        await super().startup([])  # the lifespan starts the build; nothing listens yet
+        while not self.chainlet_app.started.is_set() and not self.should_exit:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.chainlet_app.started.wait(), 0.05)
+        if self.should_exit or self.chainlet_app.startup_error is not None:
+            return
+        config = self.config
+
+        def protocol() -> asyncio.Protocol:
+            made: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+            return made
+
+        loop = asyncio.get_running_loop()
+        for sock in sockets:
+            self.servers.append(await loop.create_server(protocol, sock=sock, backlog=config.backlog))
 
     async def _watch_startup(self) -> None:
         await self.chainlet_app.started.wait()
@@ -167,17 +204,25 @@ class _DrainingServer(uvicorn.Server):
     async def _drain(self) -> None:
         app = self.chainlet_app
         app.start_draining()
+        # Closing this process's listening socket leaves the connections waiting to be
+        # accepted to a process sharing it; only after the grace period would they be reset.
+        for server in getattr(self, "servers", []):
+            server.close()
+        for connection in list(self.server_state.connections):
+            cycle: Any = getattr(connection, "cycle", None)
+            if cycle is not None and not cycle.response_complete:
+                cycle.keep_alive = False  # the call in flight is the connection's last
         grace = app.settings.grace_sec
         logger.info("draining: %d call(s) in flight, grace period %.0fs", app.in_flight, grace)
         deadline = time.monotonic() + grace
-        while app.in_flight and time.monotonic() < deadline:
+        while (app.in_flight or self.server_state.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if app.in_flight:
             logger.warning("grace period over with %d call(s) in flight; stopping them", app.in_flight)
         self.should_exit = True
 
 
-def _guarded_http(timeout: float) -> type[asyncio.Protocol]:
+def _guarded_http(timeout: float, draining: Callable[[], bool]) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol, closing a connection that is not served a request and has
     not completed a request's line and headers within ``timeout`` seconds.
 
@@ -187,6 +232,9 @@ def _guarded_http(timeout: float) -> type[asyncio.Protocol]:
     descriptors, for good. The check looks every ``timeout`` seconds at whether a request
     head arrived (uvicorn starts a new cycle for each) or one is being served; a slow head
     gets at most two periods.
+
+    While ``draining()``, every request is answered with ``Connection: close`` and its
+    connection closed after the answer.
     """
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -199,6 +247,11 @@ def _guarded_http(timeout: float) -> type[asyncio.Protocol]:
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
             self._arm_head_timer()
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            if draining() and self.cycle is not None:
+                self.cycle.keep_alive = False
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._head_timer is not None:
@@ -233,7 +286,9 @@ def serve(
 
     With ``fd``, serve on that already-listening socket instead of binding ``host:port``:
     a supervisor that owns the socket can restart the process without closing the port,
-    so connections made meanwhile wait in the backlog instead of being refused.
+    so connections made meanwhile wait in the backlog instead of being refused. The process
+    accepts from it only once the chainlet is built: until then the process it replaces, or
+    the backlog, holds the calls.
     """
     configure_logging(app.spec.name, log_level)
     config = uvicorn.Config(
@@ -241,14 +296,14 @@ def serve(
         host=host,
         port=port,
         lifespan="on",
-        http=_guarded_http(app.settings.header_timeout_sec),
+        http=_guarded_http(app.settings.header_timeout_sec, lambda: app.draining),
         loop="auto",  # uvloop when installed (a dependency except on Windows)
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=1,
         timeout_keep_alive=30,
     )
-    server = _DrainingServer(config, app)
+    server = _DrainingServer(config, app, hold_until_built=fd is not None)
     sockets = [socket.socket(fileno=fd)] if fd is not None else None
     server.run(sockets=sockets)
     return server.exit_code

@@ -59,12 +59,7 @@ class LocalTarget:
         result = generate(chain, source_file, generated_dir)
         versions = {name: c.code_version for name, c in result.chainlets.items()}
         previous = current_state(chain.name)
-        entry_port = options.entry_port
-        if entry_port is None and previous is not None and previous.target == "local" and previous.alive:
-            # Keep the entrypoint's URL across pushes (both bind it with SO_REUSEPORT).
-            entry_port = _port_of(previous.entrypoint_url)
-        elif entry_port is not None:
-            _check_port_free(entry_port, previous)
+        entry_port, entry_socket_from = _entry_port(chain.name, options.entry_port, previous)
         token = secrets.token_urlsafe(32)
         deployment = Deployment(
             chain=chain.name,
@@ -73,6 +68,7 @@ class LocalTarget:
             entrypoint=chain.entrypoint.name,
             entrypoint_kind=chain.entrypoint.endpoint.output_kind,
             entry_port=entry_port,
+            entry_socket_from=entry_socket_from,
             python=self.python,
             chainlets=[
                 DeploymentChainlet(
@@ -160,14 +156,43 @@ def _port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
-def _check_port_free(port: int, previous: ChainState | None) -> None:
-    if previous is not None and previous.alive and _port_of(previous.entrypoint_url) == port:
-        return
+def _entry_port(name: str, asked: int | None, previous: ChainState | None) -> tuple[int | None, str | None]:
+    """The new deployment's entrypoint port, and the folder of the running deployment whose
+    listening socket it takes over (None: it binds the port itself).
+
+    A re-push keeps the entrypoint's URL: the running deployment hands its socket over, so
+    that not one connection is refused or reset while both run. After the previous
+    deployment died, its port is bound anew when nothing else took it meanwhile.
+    """
+    if previous is None or previous.target != "local":
+        if asked is not None:
+            _check_port_free(asked, previous)
+        return asked, None
+    port = _port_of(previous.entrypoint_url)
+    if previous.alive and asked in (None, port):
+        return port, str(chain_dir(name) / "deployments" / previous.deployment)
+    if asked is not None:
+        _check_port_free(asked, previous)
+        return asked, None
+    return (port if _port_free(port) else None), None
+
+
+def _port_free(port: int) -> bool:
     with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        # Connections of the dead deployment still in TIME_WAIT do not hold the port.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
-            raise ChainsUsageError(f"port {port} on 127.0.0.1 is in use; pick another with --port") from None
+            return False
+    return True
+
+
+def _check_port_free(port: int, previous: ChainState | None) -> None:
+    if previous is not None and previous.alive and _port_of(previous.entrypoint_url) == port:
+        return
+    if not _port_free(port):
+        raise ChainsUsageError(f"port {port} on 127.0.0.1 is in use; pick another with --port")
 
 
 class _StartFailed(ChainsRuntimeError):

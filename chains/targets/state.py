@@ -77,6 +77,9 @@ class Deployment(pydantic.BaseModel):
     entrypoint_kind: str = "unary"
     host: str = "127.0.0.1"
     entry_port: int | None = None
+    # The running deployment of the chain whose entrypoint socket this one takes over (its
+    # folder), so that both serve one accept queue while the old one drains.
+    entry_socket_from: str | None = None
     chainlets: list[DeploymentChainlet]
     grace_sec: float = 10.0
     python: str

@@ -4,7 +4,8 @@ It owns every chainlet's listening socket and hands it to the chainlet process, 
 restarted (or replaced) process serves the same port and calls made in between wait in the
 socket's backlog instead of being refused. It restarts crashed chainlets with backoff,
 gives up on one that keeps crashing, records what runs in ``state.json``, and takes
-commands (``replace``, ``stop``) on a unix socket.
+commands (``replace``, ``stop``, and ``entry_socket``, which hands the entrypoint's listening
+socket to the deployment replacing this one) on a unix socket.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def control_socket_path(deploy_dir: Path) -> Path:
 RESTART_WINDOW_SEC = 60.0
 MAX_RESTARTS_IN_WINDOW = 5
 _POLL_SEC = 0.05
+# The control command that answers with the entrypoint's listening socket (SCM_RIGHTS).
+ENTRY_SOCKET_COMMAND = "entry_socket"
 
 
 @dataclass
@@ -93,7 +96,8 @@ class Supervisor:
     def _listen(self, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Lets a replacement deployment bind the entrypoint's port while this one drains.
+        # Lets a replacement deployment that was not handed this socket (``entry_socket``)
+        # bind the entrypoint's port while this one drains.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((self.deployment.host, port))
         sock.listen(1024)
@@ -106,7 +110,8 @@ class Supervisor:
         for chainlet in self.deployment.chainlets:
             for index in range(chainlet.replicas):
                 port = self.deployment.entry_port if chainlet.is_entrypoint and index == 0 else 0
-                sock = self._listen(port or 0)
+                taken = self._take_entry_socket(port) if chainlet.is_entrypoint and index == 0 else None
+                sock = taken or self._listen(port or 0)
                 bound = sock.getsockname()[1]
                 suffix = f"-{index}" if chainlet.replicas > 1 else ""
                 log_path = self.logs / f"{chainlet.name}{suffix}.log"
@@ -120,6 +125,46 @@ class Supervisor:
                     code_version=chainlet.code_version,
                 )
                 self.replicas.append(_Replica(chainlet, index, sock, log_path, record))
+
+    def _take_entry_socket(self, port: int | None) -> socket.socket | None:
+        """The entrypoint's listening socket of the deployment this one replaces, asked of its
+        supervisor; None when there is none to take (then the port is bound anew).
+
+        Both deployments then serve one accept queue: a connection waiting in it is accepted
+        by whichever process accepts next, where two sockets bound with ``SO_REUSEPORT`` would
+        each have a queue of their own, and closing the old one would reset the connections
+        waiting in it.
+        """
+        source = self.deployment.entry_socket_from
+        if source is None or port is None:
+            return None
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as control:
+                control.settimeout(10)
+                control.connect(str(control_socket_path(Path(source))))
+                control.sendall(json.dumps({"cmd": ENTRY_SOCKET_COMMAND}).encode() + b"\n")
+                _, fds, _, _ = socket.recv_fds(control, 4096, 1)
+        except OSError as exc:
+            print(f"binding the entrypoint's port anew: it was not handed over ({exc})", file=sys.stderr)
+            return None
+        if not fds:
+            print("binding the entrypoint's port anew: it was not handed over", file=sys.stderr)
+            return None
+        sock = socket.socket(fileno=fds[0])
+        if sock.type != socket.SOCK_STREAM or sock.getsockname()[1] != port:
+            sock.close()
+            return None
+        sock.set_inheritable(True)
+        return sock
+
+    def _send_entry_socket(self, writer: asyncio.StreamWriter) -> None:
+        """Hand the entrypoint's listening socket to the supervisor of the next deployment."""
+        entry = next(r for r in self.replicas if r.spec.is_entrypoint and r.index == 0)
+        transport_socket = writer.get_extra_info("socket")
+        # A copy of the connection's descriptor, as the transport's own object cannot send
+        # descriptors; the answer is one short message, which a fresh unix socket takes whole.
+        with socket.socket(fileno=os.dup(transport_socket.fileno())) as connection:
+            socket.send_fds(connection, [b'{"ok": true}\n'], [entry.sock.fileno()])
 
     def dependency_urls(self) -> dict[str, list[str]]:
         urls: dict[str, list[str]] = {}
@@ -317,6 +362,10 @@ class Supervisor:
                     float(request.get("timeout", 60)),
                 )
                 answer: dict[str, Any] = {"ok": True}
+            elif command == ENTRY_SOCKET_COMMAND:
+                self._send_entry_socket(writer)
+                writer.close()
+                return
             elif command == "stop":
                 asyncio.get_running_loop().call_soon(self.request_stop)
                 answer = {"ok": True}
@@ -337,22 +386,34 @@ class Supervisor:
 
     async def _shutdown(self) -> None:
         self.write_state()
-        processes = [p for r in self.replicas for p in [r.process, *r.retiring] if p is not None]
+        deadline = time.monotonic() + self.deployment.grace_sec
+        # The entrypoint drains first: the calls it still answers need the chainlets it calls.
+        for entrypoint in (True, False):
+            processes = [
+                p
+                for r in self.replicas
+                if r.spec.is_entrypoint is entrypoint
+                for p in [r.process, *r.retiring]
+                if p is not None
+            ]
+            await self._stop_processes(processes, max(deadline, time.monotonic() + 1.0))
+        for replica in self.replicas:
+            replica.record.state = "stopped"
+            replica.record.pid = None
+            replica.sock.close()
+        self.write_state()
+
+    async def _stop_processes(self, processes: list[subprocess.Popen[bytes]], deadline: float) -> None:
+        """SIGTERM (a drain), then SIGKILL for what still runs at ``deadline``."""
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.deployment.grace_sec
         while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
             await asyncio.sleep(_POLL_SEC)
         for process in processes:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        for replica in self.replicas:
-            replica.record.state = "stopped"
-            replica.record.pid = None
-            replica.sock.close()
-        self.write_state()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -431,25 +433,63 @@ def test_readyz_follows_init_and_is_healthy(generated: dict[str, Path], tmp_path
         server.kill()
 
 
+def test_on_an_inherited_socket_calls_wait_for_init_instead_of_503(
+    generated: dict[str, Path], tmp_path: Path
+) -> None:
+    """A supervisor hands a process its listening socket, which the process it replaces may
+    still serve: the new one accepts only once built, so no call meets it "not ready yet"."""
+    server = serve(generated, "Moody", env={"MOODY_FILE": str(tmp_path / "absent"), "MOODY_INIT_SEC": "1"})
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listening:
+        listening.bind(("127.0.0.1", server.port))
+        listening.listen(16)
+        with open(server.log_path, "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "server.py", "--fd", str(listening.fileno())],
+                cwd=server.directory,
+                env=server.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(listening.fileno(),),
+            )
+        try:
+            # Sent while __init__ sleeps: it waits in the backlog, then is answered.
+            answer = httpx.post(server.url + "/run_remote", json={}, headers=server.headers, timeout=20)
+            assert answer.status_code == 200 and answer.json() == "ok", answer.text
+            assert httpx.get(server.url + "/readyz", timeout=5).status_code == 200
+        finally:
+            process.kill()
+            process.wait(10)
+
+
 def test_sigterm_drains_an_inflight_stream_then_exits_0(generated: dict[str, Path]) -> None:
     server = serve(generated, "Tokens", entrypoint=True).start().wait_ready()
     try:
         received: list[bytes] = []
-        with httpx.stream(
-            "POST",
-            server.url + "/run_remote",
-            json={"n": 10, "delay": 0.1},
-            headers=server.headers,
-            timeout=10,
-        ) as response:
+        with (
+            httpx.Client(headers=server.headers, timeout=10) as kept,
+            httpx.stream(
+                "POST",
+                server.url + "/run_remote",
+                json={"n": 10, "delay": 0.1},
+                headers=server.headers,
+                timeout=10,
+            ) as response,
+        ):
+            # A connection opened before the drain, idle when it starts.
+            assert kept.post(server.url + "/run_remote", json={"n": 1}).status_code == 200
             iterator = response.iter_bytes()
             received.append(next(iterator))
             assert server.process is not None
             server.process.send_signal(15)
             time.sleep(0.3)
-            assert httpx.get(server.url + "/readyz").status_code == 503
-            refused = post(server, {"n": 1})
-            assert refused.status_code == 503 and refused.json()["detail"] == "shutting down"
+            # No new connection is accepted, but a call on one already open is answered, and
+            # the connection closed after it.
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(server.url + "/healthz", timeout=2)
+            late = kept.post(server.url + "/run_remote", json={"n": 2})
+            assert late.status_code == 200 and late.content == b"t0 t1 "
+            assert late.headers["connection"] == "close"
             received.extend(iterator)
         assert b"".join(received) == b"".join(f"t{i} ".encode() for i in range(10))
         assert server.process.wait(15) == 0
