@@ -16,7 +16,17 @@ class Entry(chains.ChainletBase):
 """
 
 from chains.chainlet import ChainletBase, depends, depends_context, mark_entrypoint
-from chains.config import Assets, Autoscale, ChainletOptions, Compute, DockerImage, RemoteConfig
+from chains.config import (
+    Assets,
+    Autoscale,
+    BasetenImage,
+    ChainletOptions,
+    Compute,
+    CustomImage,
+    DockerImage,
+    RemoteConfig,
+    make_abs_path_here,
+)
 from chains.context import DeploymentContext
 from chains.deploy import push
 from chains.errors import (
@@ -37,11 +47,13 @@ __all__ = [
     "SSE",
     "Assets",
     "Autoscale",
+    "BasetenImage",
     "ChainletBase",
     "ChainletOptions",
     "ChainsRuntimeError",
     "ChainsUsageError",
     "Compute",
+    "CustomImage",
     "DeadlineExceeded",
     "DeploymentContext",
     "DockerImage",
@@ -52,6 +64,7 @@ __all__ = [
     "StubBase",
     "depends",
     "depends_context",
+    "make_abs_path_here",
     "mark_entrypoint",
     "push",
     "run_local",

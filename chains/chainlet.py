@@ -128,8 +128,8 @@ def depends(
     chainlet_cls: type[ChainletT],
     retries: int = DEFAULT_RETRIES,
     timeout_sec: float = DEFAULT_TIMEOUT_SEC,
-    concurrency_limit: int | None = None,
     use_binary: bool = False,
+    concurrency_limit: int | None = None,
 ) -> ChainletT:
     """Declare a dependency on another chainlet as the default of an ``__init__`` parameter.
 
@@ -139,7 +139,9 @@ def depends(
             self._words = words
 
     ``retries`` counts retries after the first attempt; ``timeout_sec`` bounds each attempt;
-    ``concurrency_limit`` caps this caller's concurrent calls (streams included).
+    ``concurrency_limit`` caps this caller's concurrent calls (streams included). The
+    positional order is Truss Chains' (``chainlet_cls, retries, timeout_sec, use_binary,
+    concurrency_limit``), and the annotation may be left out: ``words=chains.depends(Words)``.
     """
     marker = DependencyMarker(chainlet_cls, retries, timeout_sec, concurrency_limit, use_binary)
     return cast(ChainletT, marker)

@@ -136,22 +136,6 @@ class Entry(chains.ChainletBase):
     assert "`a` is annotated Speaker but depends on Leaf" in f.only_violation().message
 
 
-def test_missing_dependency_annotation(chain_file: Write) -> None:
-    f = chain_file(
-        LEAF
-        + """
-@chains.mark_entrypoint
-class Entry(chains.ChainletBase):
-    def __init__(self, leaf=chains.depends(Leaf)) -> None:
-        pass
-
-    async def run_remote(self) -> int:
-        return 0
-"""
-    )
-    assert "annotate `leaf` with the dependency's class" in f.only_violation().message
-
-
 def test_depends_arguments_are_checked(chain_file: Write) -> None:
     f = chain_file(
         LEAF
