@@ -99,6 +99,7 @@ class DependencyMarker:
     timeout_sec: float = DEFAULT_TIMEOUT_SEC
     concurrency_limit: int | None = None
     use_binary: bool = False
+    retry_user_errors: bool = False
 
     def problems(self) -> list[str]:
         """What is wrong with the arguments given to ``depends``, in plain words."""
@@ -116,6 +117,8 @@ class DependencyMarker:
             found.append(f"concurrency_limit must be a whole number >= 1 or None, got {limit!r}")
         if not isinstance(self.use_binary, bool):
             found.append(f"use_binary must be True or False, got {self.use_binary!r}")
+        if not isinstance(self.retry_user_errors, bool):
+            found.append(f"retry_user_errors must be True or False, got {self.retry_user_errors!r}")
         return found
 
 
@@ -130,6 +133,8 @@ def depends(
     timeout_sec: float = DEFAULT_TIMEOUT_SEC,
     use_binary: bool = False,
     concurrency_limit: int | None = None,
+    *,
+    retry_user_errors: bool = False,
 ) -> ChainletT:
     """Declare a dependency on another chainlet as the default of an ``__init__`` parameter.
 
@@ -142,8 +147,12 @@ def depends(
     ``concurrency_limit`` caps this caller's concurrent calls (streams included). The
     positional order is Truss Chains' (``chainlet_cls, retries, timeout_sec, use_binary,
     concurrency_limit``), and the annotation may be left out: ``words=chains.depends(Words)``.
+    ``retry_user_errors=True`` retries an exception the callee raised, too, as Truss Chains
+    does (off by default: see docs/concepts.md).
     """
-    marker = DependencyMarker(chainlet_cls, retries, timeout_sec, concurrency_limit, use_binary)
+    marker = DependencyMarker(
+        chainlet_cls, retries, timeout_sec, concurrency_limit, use_binary, retry_user_errors
+    )
     return cast(ChainletT, marker)
 
 

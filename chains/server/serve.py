@@ -60,7 +60,7 @@ def create_app(
     def factory(metrics: Metrics) -> ChainletBase:
         kwargs: dict[str, Any] = {}
         for dep in spec.dependencies:
-            options = StubOptions.from_marker(dep.marker)
+            options = StubOptions.from_marker(dep.marker, retry_user_errors=settings.retry_user_errors)
             address = settings.dependencies[dep.name]
             kwargs[dep.param] = stub = stubs[dep.param](
                 address.urls,

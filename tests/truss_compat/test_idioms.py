@@ -175,3 +175,16 @@ def test_build_commands_are_run_lines_of_the_dockerfile(tmp_path: Path) -> None:
     dockerfile = (result.chainlets["Entry"].directory / "Dockerfile").read_text()
     assert "RUN echo built > /built.txt" in dockerfile
     assert dockerfile.index("RUN echo built") < dockerfile.index("COPY --chown=chains:chains src/")
+
+
+def test_retrying_user_errors_is_an_explicit_choice() -> None:
+    from chains.stubs import StubOptions
+
+    default = StubOptions.from_marker(chains.depends(PlainLeaf))  # type: ignore[arg-type]
+    chosen = StubOptions.from_marker(chains.depends(PlainLeaf, retry_user_errors=True))  # type: ignore[arg-type]
+    chain_wide = StubOptions.from_marker(chains.depends(PlainLeaf), retry_user_errors=True)  # type: ignore[arg-type]
+    assert (default.retry_user_errors, chosen.retry_user_errors, chain_wide.retry_user_errors) == (
+        False,
+        True,
+        True,
+    )
