@@ -235,6 +235,8 @@ def serve(
     a supervisor that owns the socket can restart the process without closing the port,
     so connections made meanwhile wait in the backlog instead of being refused.
     """
+    if app.spec.remote_config.options.enable_debug_logs:
+        log_level = "DEBUG"
     configure_logging(app.spec.name, log_level)
     config = uvicorn.Config(
         app,

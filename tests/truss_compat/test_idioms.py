@@ -188,3 +188,33 @@ def test_retrying_user_errors_is_an_explicit_choice() -> None:
         True,
         True,
     )
+
+
+DEBUG_LOGS = """
+import logging
+
+import chains
+
+
+@chains.mark_entrypoint
+class Chatty(chains.ChainletBase):
+    remote_config = chains.RemoteConfig(options=chains.ChainletOptions(enable_debug_logs=True))
+
+    async def run_remote(self) -> str:
+        logging.getLogger("chatty").debug("a debug line from the chainlet")
+        return "ok"
+"""
+
+
+def test_enable_debug_logs_sets_the_chainlets_log_level(tmp_path: Path) -> None:
+    from tests.helpers import Cli
+
+    cli = Cli(tmp_path / "home")
+    pushed = cli.push(str(_write(tmp_path, DEBUG_LOGS)), "--name", "chatty")
+    try:
+        assert cli.run("call", "chatty").stdout.strip() == '"ok"'
+        logs = cli.run("logs", "chatty").stdout
+    finally:
+        cli.run("stop", "chatty", check=False)
+    assert pushed["name"] == "chatty"
+    assert "DEBUG Chatty" in logs and "a debug line from the chainlet" in logs
