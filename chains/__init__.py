@@ -15,7 +15,7 @@ class Entry(chains.ChainletBase):
         return await self._upper.run_remote(text)
 """
 
-from chains.chainlet import ChainletBase, depends, depends_context, mark_entrypoint
+from chains.chainlet import ChainletBase, ModelBase, depends, depends_context, mark_entrypoint
 from chains.config import (
     Assets,
     Autoscale,
@@ -57,6 +57,7 @@ __all__ = [
     "DeadlineExceeded",
     "DeploymentContext",
     "DockerImage",
+    "ModelBase",
     "RemoteConfig",
     "RemoteError",
     "StreamInterrupted",

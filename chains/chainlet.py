@@ -18,10 +18,12 @@ __all__ = [
     "ChainletBase",
     "ContextMarker",
     "DependencyMarker",
+    "ModelBase",
     "chainlet_name",
     "depends",
     "depends_context",
     "entrypoint_marker",
+    "is_abstract",
     "mark_entrypoint",
 ]
 
@@ -47,8 +49,17 @@ def building_with(builder: Builder) -> Iterator[None]:
 
 
 def construct(cls: type[ChainletBase], args: tuple[Any, ...], kwargs: dict[str, Any]) -> ChainletBase:
-    """Run the class's own ``__new__``/``__init__`` with the arguments a builder chose."""
-    return type.__call__(cls, *args, **kwargs)  # type: ignore[no-any-return]
+    """Run the class's own ``__new__``/``__init__`` with the arguments a builder chose, then a
+    model's ``load()``."""
+    instance: ChainletBase = type.__call__(cls, *args, **kwargs)
+    if isinstance(instance, ModelBase):
+        instance.load()
+    return instance
+
+
+def is_abstract(cls: type) -> bool:
+    """Whether ``cls`` is a base the SDK offers (``ModelBase``), not a chainlet of a chain."""
+    return bool(cls.__dict__.get("_chains_abstract", False))
 
 
 class _ChainletMeta(type):
@@ -80,9 +91,40 @@ class ChainletBase(metaclass=_ChainletMeta):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if is_abstract(cls):
+            return
         from chains import checks  # checks imports this module
 
         checks.on_class_defined(cls)
+
+
+class ModelBase(ChainletBase):
+    """A Truss model class served as a chainlet: ``predict`` is its endpoint, and ``load()``,
+    when defined, runs once after ``__init__``, before the first call (weights belong there).
+
+    It is served on its own (a file whose only model it is needs no ``mark_entrypoint``) or
+    called by chainlets through ``chains.depends``, like any chainlet::
+
+        class Classifier(chains.ModelBase):
+            def load(self) -> None:
+                self._labels = ["cat", "dog"]
+
+            async def predict(self, index: int) -> str:
+                return self._labels[index]
+    """
+
+    _chains_abstract: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The endpoint rules, code generation and the server all work on run_remote: for a
+        # model it is predict itself (same function, same signature and source lines).
+        predict = cls.__dict__.get("predict")
+        if predict is not None and "run_remote" not in cls.__dict__:
+            cls.run_remote = predict  # type: ignore[attr-defined]
+        super().__init_subclass__(**kwargs)
+
+    def load(self) -> None:
+        """Load what the model needs (weights, tokenizers); runs once, after ``__init__``."""
 
 
 def chainlet_name(cls: type[ChainletBase]) -> str:

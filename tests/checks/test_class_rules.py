@@ -269,12 +269,23 @@ A.__init__.__defaults__ = (chains.depends(B),)
 
 
 def test_no_entrypoint_names_the_candidates(chain_file: Write) -> None:
-    f = chain_file(LEAF)
+    f = chain_file(
+        LEAF
+        + """
+class Other(chains.ChainletBase):
+    async def run_remote(self) -> int:
+        return 0
+"""
+    )
     with pytest.raises(
-        chains.ChainsUsageError, match=r"no entrypoint; mark one .* \(chainlets in the file: Leaf\)"
+        chains.ChainsUsageError, match=r"no entrypoint; mark one .* \(chainlets in the file: Leaf, Other\)"
     ):
         load_chain(f.path)
     assert load_chain(f.path, entrypoint="Leaf").entrypoint.name == "Leaf"
+
+
+def test_the_only_chainlet_of_a_file_needs_no_mark(chain_file: Write) -> None:
+    assert load_chain(chain_file(LEAF).path).entrypoint.name == "Leaf"
 
 
 def test_two_entrypoints_are_named(chain_file: Write) -> None:

@@ -218,3 +218,38 @@ def test_enable_debug_logs_sets_the_chainlets_log_level(tmp_path: Path) -> None:
         cli.run("stop", "chatty", check=False)
     assert pushed["name"] == "chatty"
     assert "DEBUG Chatty" in logs and "a debug line from the chainlet" in logs
+
+
+MODEL_IN_A_CHAIN = """
+import chains
+
+
+class Labels(chains.ModelBase):
+    def __init__(self) -> None:
+        self.loads = 0
+
+    def load(self) -> None:
+        self.loads += 1
+        self._labels = ["cat", "dog"]
+
+    async def predict(self, index: int) -> str:
+        return f"{self._labels[index]} (loaded {self.loads}x)"
+
+
+@chains.mark_entrypoint
+class Entry(chains.ChainletBase):
+    def __init__(self, labels=chains.depends(Labels)) -> None:
+        self._labels = labels
+
+    async def run_remote(self, index: int) -> str:
+        return await self._labels.run_remote(index)
+"""
+
+
+async def test_a_model_is_loaded_once_and_called_by_a_chainlet(tmp_path: Path) -> None:
+    chain = load_chain(_write(tmp_path, MODEL_IN_A_CHAIN))
+    assert [spec.name for spec in chain.chainlets] == ["Labels", "Entry"]
+    with chains.run_local():
+        entry = chain.entrypoint.cls()
+        assert await entry.run_remote(1) == "dog (loaded 1x)"
+        assert await entry.run_remote(0) == "cat (loaded 1x)"

@@ -41,7 +41,8 @@ def on_path() -> Iterator[None]:
         ("timeout/timeout_chain.py", None, 3),
         ("numpy_and_binary/chain.py", "HostJSON", 5),
         ("numpy_and_binary/chain.py", "HostBinary", 5),
-        ("custom_health_checks/custom_health_checks.py", "CustomHealthChecks", 1),
+        ("custom_health_checks/custom_health_checks.py", None, 1),
+        ("traditional_truss/truss_model.py", None, 1),
     ],
 )
 def test_chains_check_passes(file: str, entrypoint: str | None, chainlets: int) -> None:
@@ -159,3 +160,33 @@ def test_numpy_chain_pushed_sends_arrays_as_binary(cli: Cli) -> None:
     array = sync_result["np_array"]
     data = np.frombuffer(base64.b64decode(array["data_b64"]), dtype=array["dtype"]).reshape(array["shape"])
     assert data.shape == (3, 2, 1) and (data == 1.0).all()
+
+
+def test_a_truss_model_class_is_served_on_its_own(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    pushed = cli.push(str(TESTS / "traditional_truss" / "truss_model.py"), "--name", "model")
+    try:
+        with httpx.Client(timeout=30) as client:
+            url = pushed["entrypoint_url"] + "/run_remote"
+            counts = [client.post(url, json={"call_count_increment": n}).json() for n in (1, 2, 3)]
+    finally:
+        cli.run("stop", "model", check=False)
+    assert set(pushed["chainlets"]) == {"OverridePassthroughModelName"}
+    assert counts == [1, 3, 6]
+
+
+def test_custom_health_checks_show_in_readiness(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    pushed = cli.push(str(TESTS / "custom_health_checks" / "custom_health_checks.py"), "--name", "health")
+    try:
+        with httpx.Client(timeout=30) as client:
+            base = pushed["entrypoint_url"]
+            assert client.get(base + "/readyz").status_code == 200
+            told = client.post(base + "/run_remote", json={"fail": True}).json()
+            unhealthy = client.get(base + "/readyz").status_code
+            client.post(base + "/run_remote", json={"fail": False})
+            healthy_again = client.get(base + "/readyz").status_code
+    finally:
+        cli.run("stop", "health", check=False)
+    assert told == "health checks will fail"
+    assert (unhealthy, healthy_again) == (503, 200)
