@@ -74,6 +74,40 @@ def check(file: str, entrypoint: str | None) -> None:
             click.echo(f"  {note}")
 
 
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
+@click.option(
+    "--format",
+    "form",
+    type=click.Choice(["svg", "mermaid", "dot", "json"]),
+    default="svg",
+    show_default=True,
+    help="svg: a standalone picture; mermaid: for Markdown that renders it; dot: for Graphviz.",
+)
+@click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of to standard output.")
+def graph(file: str, entrypoint: str | None, form: str, out: str | None) -> None:
+    """Draw the chain in FILE from its static description (nothing runs).
+
+    \b
+    Examples:
+      chains graph chain.py --out chain.svg
+      chains graph chain.py --format mermaid >> README.md
+    """
+    from chains.graph import ChainGraph, GraphFormat, render
+
+    chain = _guarded(lambda: load_chain(file, entrypoint))
+    text = render(ChainGraph.of(chain), GraphFormat(form))
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"error: cannot write {out}: {exc.strerror}")
+    click.echo(f"wrote the graph of chain {chain.name!r} ({form}) to {out}")
+
+
 def summary(chain: Chain, file: str) -> str:
     """What ``chains check`` prints for a clean chain: one line per chainlet."""
     count = len(chain.chainlets)
