@@ -15,8 +15,18 @@ class Entry(chains.ChainletBase):
         return await self._upper.run_remote(text)
 """
 
-from chains.chainlet import ChainletBase, depends, depends_context, mark_entrypoint
-from chains.config import Assets, Autoscale, ChainletOptions, Compute, DockerImage, RemoteConfig
+from chains.chainlet import ChainletBase, ModelBase, depends, depends_context, mark_entrypoint
+from chains.config import (
+    Assets,
+    Autoscale,
+    BasetenImage,
+    ChainletOptions,
+    Compute,
+    CustomImage,
+    DockerImage,
+    RemoteConfig,
+    make_abs_path_here,
+)
 from chains.context import DeploymentContext
 from chains.deploy import push
 from chains.errors import (
@@ -37,14 +47,17 @@ __all__ = [
     "SSE",
     "Assets",
     "Autoscale",
+    "BasetenImage",
     "ChainletBase",
     "ChainletOptions",
     "ChainsRuntimeError",
     "ChainsUsageError",
     "Compute",
+    "CustomImage",
     "DeadlineExceeded",
     "DeploymentContext",
     "DockerImage",
+    "ModelBase",
     "RemoteConfig",
     "RemoteError",
     "StreamInterrupted",
@@ -52,6 +65,7 @@ __all__ = [
     "StubBase",
     "depends",
     "depends_context",
+    "make_abs_path_here",
     "mark_entrypoint",
     "push",
     "run_local",

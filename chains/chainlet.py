@@ -18,10 +18,12 @@ __all__ = [
     "ChainletBase",
     "ContextMarker",
     "DependencyMarker",
+    "ModelBase",
     "chainlet_name",
     "depends",
     "depends_context",
     "entrypoint_marker",
+    "is_abstract",
     "mark_entrypoint",
 ]
 
@@ -47,8 +49,17 @@ def building_with(builder: Builder) -> Iterator[None]:
 
 
 def construct(cls: type[ChainletBase], args: tuple[Any, ...], kwargs: dict[str, Any]) -> ChainletBase:
-    """Run the class's own ``__new__``/``__init__`` with the arguments a builder chose."""
-    return type.__call__(cls, *args, **kwargs)  # type: ignore[no-any-return]
+    """Run the class's own ``__new__``/``__init__`` with the arguments a builder chose, then a
+    model's ``load()``."""
+    instance: ChainletBase = type.__call__(cls, *args, **kwargs)
+    if isinstance(instance, ModelBase):
+        instance.load()
+    return instance
+
+
+def is_abstract(cls: type) -> bool:
+    """Whether ``cls`` is a base the SDK offers (``ModelBase``), not a chainlet of a chain."""
+    return bool(cls.__dict__.get("_chains_abstract", False))
 
 
 class _ChainletMeta(type):
@@ -80,9 +91,40 @@ class ChainletBase(metaclass=_ChainletMeta):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if is_abstract(cls):
+            return
         from chains import checks  # checks imports this module
 
         checks.on_class_defined(cls)
+
+
+class ModelBase(ChainletBase):
+    """A Truss model class served as a chainlet: ``predict`` is its endpoint, and ``load()``,
+    when defined, runs once after ``__init__``, before the first call (weights belong there).
+
+    It is served on its own (a file whose only model it is needs no ``mark_entrypoint``) or
+    called by chainlets through ``chains.depends``, like any chainlet::
+
+        class Classifier(chains.ModelBase):
+            def load(self) -> None:
+                self._labels = ["cat", "dog"]
+
+            async def predict(self, index: int) -> str:
+                return self._labels[index]
+    """
+
+    _chains_abstract: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The endpoint rules, code generation and the server all work on run_remote: for a
+        # model it is predict itself (same function, same signature and source lines).
+        predict = cls.__dict__.get("predict")
+        if predict is not None and "run_remote" not in cls.__dict__:
+            cls.run_remote = predict  # type: ignore[attr-defined]
+        super().__init_subclass__(**kwargs)
+
+    def load(self) -> None:
+        """Load what the model needs (weights, tokenizers); runs once, after ``__init__``."""
 
 
 def chainlet_name(cls: type[ChainletBase]) -> str:
@@ -99,6 +141,7 @@ class DependencyMarker:
     timeout_sec: float = DEFAULT_TIMEOUT_SEC
     concurrency_limit: int | None = None
     use_binary: bool = False
+    retry_user_errors: bool = False
 
     def problems(self) -> list[str]:
         """What is wrong with the arguments given to ``depends``, in plain words."""
@@ -116,6 +159,8 @@ class DependencyMarker:
             found.append(f"concurrency_limit must be a whole number >= 1 or None, got {limit!r}")
         if not isinstance(self.use_binary, bool):
             found.append(f"use_binary must be True or False, got {self.use_binary!r}")
+        if not isinstance(self.retry_user_errors, bool):
+            found.append(f"retry_user_errors must be True or False, got {self.retry_user_errors!r}")
         return found
 
 
@@ -128,8 +173,10 @@ def depends(
     chainlet_cls: type[ChainletT],
     retries: int = DEFAULT_RETRIES,
     timeout_sec: float = DEFAULT_TIMEOUT_SEC,
-    concurrency_limit: int | None = None,
     use_binary: bool = False,
+    concurrency_limit: int | None = None,
+    *,
+    retry_user_errors: bool = False,
 ) -> ChainletT:
     """Declare a dependency on another chainlet as the default of an ``__init__`` parameter.
 
@@ -139,9 +186,15 @@ def depends(
             self._words = words
 
     ``retries`` counts retries after the first attempt; ``timeout_sec`` bounds each attempt;
-    ``concurrency_limit`` caps this caller's concurrent calls (streams included).
+    ``concurrency_limit`` caps this caller's concurrent calls (streams included). The
+    positional order is Truss Chains' (``chainlet_cls, retries, timeout_sec, use_binary,
+    concurrency_limit``), and the annotation may be left out: ``words=chains.depends(Words)``.
+    ``retry_user_errors=True`` retries an exception the callee raised, too, as Truss Chains
+    does (off by default: see docs/concepts.md).
     """
-    marker = DependencyMarker(chainlet_cls, retries, timeout_sec, concurrency_limit, use_binary)
+    marker = DependencyMarker(
+        chainlet_cls, retries, timeout_sec, concurrency_limit, use_binary, retry_user_errors
+    )
     return cast(ChainletT, marker)
 
 

@@ -247,14 +247,9 @@ def _check_init(cls: type, locator: Locator, *, final: bool) -> tuple[list[Viola
             continue
         for problem in default.problems():
             at(p.name, f"chains.depends({target.__name__}, ...): {problem}")
+        # An unannotated dependency takes its class from the marker (Truss Chains' idiom).
         annotation = hints.get(p.name)
-        if annotation is None:
-            at(
-                p.name,
-                f"annotate `{p.name}` with the dependency's class, e.g. "
-                f"`{p.name}: {target.__name__} = chains.depends({target.__name__})`",
-            )
-        elif not _annotation_accepts(annotation, target):
+        if annotation is not None and not _annotation_accepts(annotation, target):
             at(
                 p.name,
                 f"`{p.name}` is annotated {type_label(annotation)} but depends on {target.__name__}; "

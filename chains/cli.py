@@ -63,8 +63,49 @@ def _report(exc: ChainsUsageError) -> None:
 @click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
 def check(file: str, entrypoint: str | None) -> None:
     """Check the chain in FILE and list every problem found, or summarise it."""
+    from chains.target_support import ignored_settings
+
     chain = _guarded(lambda: load_chain(file, entrypoint))
     click.echo(summary(chain, file))
+    notes = ignored_settings(chain, "local")
+    if notes:
+        click.echo("notes (Baseten-only settings; the truss export writes them):")
+        for note in notes:
+            click.echo(f"  {note}")
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
+@click.option(
+    "--format",
+    "form",
+    type=click.Choice(["svg", "mermaid", "dot", "json"]),
+    default="svg",
+    show_default=True,
+    help="svg: a standalone picture; mermaid: for Markdown that renders it; dot: for Graphviz.",
+)
+@click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of to standard output.")
+def graph(file: str, entrypoint: str | None, form: str, out: str | None) -> None:
+    """Draw the chain in FILE from its static description (nothing runs).
+
+    \b
+    Examples:
+      chains graph chain.py --out chain.svg
+      chains graph chain.py --format mermaid >> README.md
+    """
+    from chains.graph import ChainGraph, GraphFormat, render
+
+    chain = _guarded(lambda: load_chain(file, entrypoint))
+    text = render(ChainGraph.of(chain), GraphFormat(form))
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"error: cannot write {out}: {exc.strerror}")
+    click.echo(f"wrote the graph of chain {chain.name!r} ({form}) to {out}")
 
 
 def summary(chain: Chain, file: str) -> str:
@@ -170,11 +211,14 @@ def push(
 ) -> None:
     """Check, generate and start the chain in FILE; print its URL and a curl line."""
     from chains.deploy import collect_secrets, push_chain
+    from chains.target_support import ignored_settings
     from chains.targets import PushOptions, export_target, kind_of
     from chains.targets.state import chain_dir
 
     chain = _guarded(lambda: load_chain(file, entrypoint, name))
     kind = _guarded(lambda: kind_of(target))
+    for note in ignored_settings(chain, target):
+        click.echo(f"note: {note}", err=True)
     given = _pairs("--secret", "KEY=VALUE", secret_pairs)
     secrets = _guarded(lambda: collect_secrets(chain, given, secrets_file)) if kind == "running" else given
     model_urls = _pairs("--model-url", "NAME=URL", model_url_pairs)

@@ -19,6 +19,7 @@ import pydantic_core
 
 from chains.endpoint import EndpointSpec, field_name
 from chains.errors import ErrorDetail, RemoteError
+from chains.wire import BINARY_CONTEXT
 
 __all__ = [
     "BINARY_MEDIA_TYPE",
@@ -107,7 +108,7 @@ def encode_args(
     """The request body for a call; a value the parameter type refuses raises ValidationError."""
     model = spec.input_model.model_validate(bind_arguments(spec, args, kwargs))
     if binary:
-        return _pack(model.model_dump(mode="python", by_alias=True))
+        return _pack(model.model_dump(mode="python", by_alias=True, context=BINARY_CONTEXT))
     return type(model).__pydantic_serializer__.to_json(model, by_alias=True)
 
 
@@ -125,7 +126,7 @@ def encode_result(spec: EndpointSpec, value: Any, *, binary: bool = False) -> by
     adapter = spec.output_adapter
     checked = adapter.validate_python(value)
     if binary:
-        return _pack(adapter.dump_python(checked, mode="python"))
+        return _pack(adapter.dump_python(checked, mode="python", context=BINARY_CONTEXT))
     return adapter.dump_json(checked)
 
 

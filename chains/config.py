@@ -6,8 +6,12 @@ naming the field and what it accepts, at the line that built the object.
 
 from __future__ import annotations
 
+import enum
+import os
 import re
-from typing import TYPE_CHECKING, Any
+import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
 
@@ -16,10 +20,13 @@ from chains.errors import ChainsUsageError
 __all__ = [
     "Assets",
     "Autoscale",
+    "BasetenImage",
     "ChainletOptions",
     "Compute",
+    "CustomImage",
     "DockerImage",
     "RemoteConfig",
+    "make_abs_path_here",
     "parse_memory",
 ]
 
@@ -76,25 +83,75 @@ class _Config(pydantic.BaseModel):
 def _describe(owner: str, exc: pydantic.ValidationError) -> str:
     lines = []
     for error in exc.errors(include_url=False):
-        field = ".".join(str(part) for part in error["loc"]) or "(value)"
+        field = ".".join(str(part) for part in error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown field; check its spelling"
-        lines.append(f"{owner}.{field}: {message} (got {error.get('input')!r})")
+        where = f"{owner}.{field}" if field else owner
+        lines.append(f"{where}: {message} (got {error.get('input')!r})")
     return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+class BasetenImage(enum.Enum):
+    """Baseten's curated base images, by Python version (Truss Chains' vocabulary).
+
+    The Truss export writes the version into the model's config; the docker target builds on
+    its own default base image instead (``chains check`` says so), since Baseten's images live
+    in Baseten's registry.
+
+    >>> DockerImage(base_image=BasetenImage.PY311).base_image_reference is None
+    True
+    """
+
+    PY39 = "py39"
+    PY310 = "py310"
+    PY311 = "py311"
+
+    @property
+    def python_version(self) -> str:
+        return f"3.{self.value[3:]}"
+
+
+class CustomImage(_Config):
+    """A base image of one's own, by reference (Truss Chains' vocabulary).
+
+    >>> DockerImage(base_image=CustomImage(image="python:3.11-slim")).base_image_reference
+    'python:3.11-slim'
+    """
+
+    image: str
+    python_executable_path: str | None = None
+    # Registry credentials for Baseten's builders; accepted for the Truss export only.
+    docker_auth: Any = None
+
+    @pydantic.field_validator("image")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("name an image, e.g. 'python:3.11-slim'")
+        return value
 
 
 class DockerImage(_Config):
     """What goes into a chainlet's image beyond the SDK itself.
 
+    Paths (``requirements_file``, ``data_dir``, ``external_package_dirs``) are relative to the
+    chain file's folder, or absolute: ``chains.make_abs_path_here("requirements.txt")`` makes
+    one relative to the module that calls it.
+
     >>> DockerImage(pip_requirements=["numpy>=2"], apt_requirements=["ffmpeg"]).pip_requirements
     ['numpy>=2']
     """
 
-    base_image: str | None = None
+    base_image: str | BasetenImage | CustomImage | None = None
     pip_requirements: list[str] = pydantic.Field(default_factory=list)
     requirements_file: str | None = None
+    # Truss Chains' older name for ``requirements_file``; folded into it on construction.
+    pip_requirements_file: str | None = None
     apt_requirements: list[str] = pydantic.Field(default_factory=list)
+    data_dir: str | None = None
+    external_package_dirs: list[str] = pydantic.Field(default_factory=list)
+    truss_server_version_override: str | None = None
 
     @pydantic.field_validator("pip_requirements", "apt_requirements")
     @classmethod
@@ -103,6 +160,24 @@ class DockerImage(_Config):
             if not entry.strip():
                 raise ValueError("entries must be non-empty package names")
         return value
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _fold_pip_requirements_file(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("pip_requirements_file"):
+            return data
+        if data.get("requirements_file"):
+            raise ValueError("give requirements_file or pip_requirements_file (its older name), not both")
+        return {**data, "requirements_file": data["pip_requirements_file"], "pip_requirements_file": None}
+
+    @property
+    def base_image_reference(self) -> str | None:
+        """The image reference a Dockerfile starts ``FROM``; None for the target's default."""
+        if isinstance(self.base_image, CustomImage):
+            return self.base_image.image
+        if isinstance(self.base_image, BasetenImage):
+            return None
+        return self.base_image
 
 
 class Autoscale(_Config):
@@ -128,6 +203,10 @@ class Autoscale(_Config):
         return value
 
 
+# Truss Chains' positional order, so that ``Compute(2, "4Gi", "A10G")`` means the same here.
+_COMPUTE_POSITIONAL = ("cpu_count", "memory", "gpu", "gpu_count", "predict_concurrency", "instance_type")
+
+
 class Compute(_Config):
     """The resources of each replica of a chainlet, and how many calls it serves at once.
 
@@ -147,6 +226,56 @@ class Compute(_Config):
     concurrency: int = pydantic.Field(default=32, ge=1)
     replicas: int = pydantic.Field(default=1, ge=1)
     autoscale: Autoscale | None = None
+    # Baseten's machine type, which overrides the resources above there; Truss export only.
+    instance_type: str | None = None
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            cpu_count: float = 1,
+            memory: str = "512Mi",
+            gpu: str | None = None,
+            gpu_count: int = 1,
+            predict_concurrency: int | Literal["cpu_count"] | None = None,
+            instance_type: str | None = None,
+            *,
+            concurrency: int = 32,
+            replicas: int = 1,
+            autoscale: Autoscale | tuple[int, int, int] | None = None,
+        ) -> None: ...
+
+    else:
+
+        def __init__(self, *args: Any, **data: Any) -> None:
+            if len(args) > len(_COMPUTE_POSITIONAL):
+                raise ChainsUsageError(
+                    f"Compute takes at most {len(_COMPUTE_POSITIONAL)} positional arguments "
+                    f"({', '.join(_COMPUTE_POSITIONAL)}), got {len(args)}"
+                )
+            for name, value in zip(_COMPUTE_POSITIONAL, args, strict=False):
+                if name in data:
+                    raise ChainsUsageError(f"Compute got {name} both by position and by name")
+                data[name] = value
+            super().__init__(**data)
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _predict_concurrency(cls, data: Any) -> Any:
+        # Truss Chains' name for ``concurrency``; "cpu_count" there means one call per CPU.
+        if not isinstance(data, dict) or "predict_concurrency" not in data:
+            return data
+        data = dict(data)
+        value = data.pop("predict_concurrency")
+        if value is None:
+            return data
+        if "concurrency" in data:
+            raise ValueError("give concurrency or predict_concurrency (Truss Chains' name for it), not both")
+        if value == "cpu_count":
+            cpus = data.get("cpu_count", 1)
+            value = max(1, int(cpus)) if isinstance(cpus, int | float) else cpus
+        data["concurrency"] = value
+        return data
 
     @pydantic.field_validator("gpu")
     @classmethod
@@ -209,11 +338,36 @@ class Compute(_Config):
 class Assets(_Config):
     """Secrets a chainlet reads through ``context.secrets``; only declared keys are readable.
 
+    ``cached``, ``external_data`` and ``weights`` are Truss Chains' model caches and downloads
+    (``truss_config.ModelRepo`` and the like, or plain dicts): Baseten fetches them, so only
+    the Truss export writes them, and ``chains check`` names them for the other targets.
+
     >>> Assets(secret_keys=["hf_token"]).secret_keys
     ['hf_token']
     """
 
+    cached: list[Any] = pydantic.Field(default_factory=list)
     secret_keys: list[str] = pydantic.Field(default_factory=list)
+    external_data: list[Any] = pydantic.Field(default_factory=list)
+    weights: list[Any] = pydantic.Field(default_factory=list)
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            cached: Iterable[Any] = (),
+            secret_keys: Iterable[str] = (),
+            external_data: Iterable[Any] = (),
+            weights: Iterable[Any] = (),
+        ) -> None: ...
+
+    else:
+
+        def __init__(self, *args: Any, **data: Any) -> None:
+            # Truss Chains' positional order.
+            for name, value in zip(("cached", "secret_keys", "external_data", "weights"), args, strict=False):
+                data[name] = value
+            super().__init__(**data)
 
     @pydantic.field_validator("secret_keys")
     @classmethod
@@ -230,13 +384,24 @@ class Assets(_Config):
 
 
 class ChainletOptions(_Config):
-    """Process-level options: environment variables set for the chainlet's server.
+    """Process-level options: environment variables set for the chainlet's server, and its
+    log level.
+
+    The other fields are Truss Chains' and Baseten's (``health_checks``, ``metadata``,
+    ``enable_b10_tracing``, ``transport``, ``streaming_read_timeout``): accepted, written by the
+    Truss export, and named by ``chains check`` where a target does not honour them.
 
     >>> ChainletOptions(env_variables={"LOG_LEVEL": "debug"}).env_variables
     {'LOG_LEVEL': 'debug'}
     """
 
     env_variables: dict[str, str] = pydantic.Field(default_factory=dict)
+    enable_debug_logs: bool = False
+    enable_b10_tracing: bool = False
+    health_checks: Any = None
+    metadata: Any = None
+    streaming_read_timeout: int = pydantic.Field(default=60, gt=0)
+    transport: Any = None
 
     @pydantic.field_validator("env_variables")
     @classmethod
@@ -259,3 +424,31 @@ class RemoteConfig(_Config):
     assets: Assets = pydantic.Field(default_factory=Assets)
     options: ChainletOptions = pydantic.Field(default_factory=ChainletOptions)
     name: str | None = None
+    # Shell commands run while the image is built (Dockerfile ``RUN`` lines, Truss's
+    # ``build_commands``); images only, so the local target names them as not run.
+    build_commands: list[str] = pydantic.Field(default_factory=list)
+
+    @pydantic.field_validator("build_commands")
+    @classmethod
+    def _no_blank_commands(cls, value: list[str]) -> list[str]:
+        for command in value:
+            if not command.strip():
+                raise ValueError("build commands must be non-empty shell commands")
+        return value
+
+
+def make_abs_path_here(file_path: str) -> str:
+    """``file_path`` made absolute against the folder of the module that calls this.
+
+    Truss Chains' helper, for configuration kept next to a chainlet in a module of its own::
+
+        # in helpers/whisper.py
+        image = chains.DockerImage(requirements_file=chains.make_abs_path_here("requirements.txt"))
+    """
+    caller = sys._getframe(1).f_globals.get("__file__")
+    if not caller:
+        raise ChainsUsageError(
+            "make_abs_path_here() needs to be called from a module file; in an interactive "
+            f"session give an absolute path instead of {file_path!r}"
+        )
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(caller)), file_path))

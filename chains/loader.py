@@ -9,7 +9,7 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from chains.chainlet import ChainletBase, entrypoint_marker
+from chains.chainlet import ChainletBase, ModelBase, entrypoint_marker, is_abstract
 from chains.checks import NAME_RE, Chain, build_chain, check_chainlet, collecting_violations
 from chains.errors import ChainsUsageError, Violation
 from chains.locations import Locator
@@ -64,7 +64,10 @@ def chainlets_in(module: ModuleType) -> list[type[ChainletBase]]:
     found = [
         value
         for value in vars(module).values()
-        if isinstance(value, type) and issubclass(value, ChainletBase) and value is not ChainletBase
+        if isinstance(value, type)
+        and issubclass(value, ChainletBase)
+        and value is not ChainletBase
+        and not is_abstract(value)
     ]
     return sorted(found, key=lambda cls: (cls.__module__ != module.__name__, Locator(cls).class_line))
 
@@ -81,6 +84,13 @@ def find_entrypoint(module: ModuleType, entrypoint: str | None = None) -> type[C
         raise ChainsUsageError(f"{path}: no chainlet named {entrypoint!r}; chainlets in the file: {names}")
     marked = [cls for cls in classes if entrypoint_marker(cls) is not None]
     if not marked:
+        # Unmarked, the one model or the one chainlet defined in the file is the entrypoint
+        # (as a Truss model file needs no marker).
+        own = [cls for cls in classes if cls.__module__ == module.__name__]
+        models = [cls for cls in own if issubclass(cls, ModelBase)]
+        for alone in (models, own):
+            if len(alone) == 1:
+                return alone[0]
         raise ChainsUsageError(
             f"{path}: no entrypoint; mark one chainlet with @chains.mark_entrypoint or pass "
             f"--entrypoint NAME (chainlets in the file: {names})"

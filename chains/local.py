@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -114,6 +117,7 @@ class LocalStub:
         self._marker = marker
         self._serialize = serialize
         self._limit = CallLimit(marker.concurrency_limit)
+        self._pool: ThreadPoolExecutor | None = None
         endpoint = self._endpoint
         method: Callable[..., Any]
         if endpoint.is_stream:
@@ -164,8 +168,16 @@ class LocalStub:
 
     def _call_sync(self, *args: Any, **kwargs: Any) -> Any:
         arguments = self._arguments(args, kwargs)
+        # In a worker thread, so that timeout_sec bounds the call as it does a deployed one;
+        # as there, the callee's work goes on after the caller stopped waiting.
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(thread_name_prefix=f"chains-local-{self._spec.name}")
+        call = contextvars.copy_context().run
+        future = self._pool.submit(call, self._endpoint.call, self._instance.run_remote, arguments)  # type: ignore[attr-defined]
         try:
-            value = self._endpoint.call(self._instance.run_remote, arguments)  # type: ignore[attr-defined]
+            value = future.result(timeout=self._marker.timeout_sec)
+        except FutureTimeout:
+            raise self._deadline() from None
         except Exception as exc:
             raise self._remote(exc) from None
         return self._result(value)

@@ -69,23 +69,39 @@ class StubOptions:
     timeout_sec: float = DEFAULT_TIMEOUT_SEC
     concurrency_limit: int | None = None
     use_binary: bool = False  # MessagePack instead of JSON for arguments and unary results
+    # Truss Chains' semantics: an exception raised by the callee is retried too (off by
+    # default: a user error usually fails the same way again, and the callee's side effects
+    # would repeat). ``depends(retry_user_errors=True)`` or CHAINS_RETRY_USER_ERRORS=1.
+    retry_user_errors: bool = False
 
     @classmethod
-    def from_marker(cls, marker: DependencyMarker) -> StubOptions:
-        return cls(marker.retries, marker.timeout_sec, marker.concurrency_limit, marker.use_binary)
+    def from_marker(cls, marker: DependencyMarker, *, retry_user_errors: bool = False) -> StubOptions:
+        return cls(
+            marker.retries,
+            marker.timeout_sec,
+            marker.concurrency_limit,
+            marker.use_binary,
+            retry_user_errors or marker.retry_user_errors,
+        )
 
 
 class _Retryable(Exception):
     """One attempt failed in a way another attempt may not: a connection error or 429/5xx."""
 
     def __init__(
-        self, reason: str, retry_after: float | None = None, connection: bool = False, status: int = 0
+        self,
+        reason: str,
+        retry_after: float | None = None,
+        connection: bool = False,
+        status: int = 0,
+        remote: RemoteError | None = None,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
         self.connection = connection
         self.status = status
+        self.remote = remote  # a callee's own exception, retried on request: raised as itself at the end
 
 
 class StubBase:
@@ -240,6 +256,8 @@ class StubBase:
         }
 
     def _gave_up(self, exc: _Retryable) -> Exception:
+        if exc.remote is not None:
+            return exc.remote
         attempts = self.options.retries + 1
         if exc.status == 504:
             return DeadlineExceeded(f"{exc.reason} (after {attempts} attempt(s))")
@@ -325,9 +343,15 @@ class StubBase:
             return RemoteError.from_detail(codec.invalid_arguments_detail(self.name, detail["detail"]))
         if status == 500 and isinstance(detail, dict) and isinstance(detail.get("error"), dict):
             try:
-                return RemoteError.from_detail(ErrorDetail.model_validate(detail["error"]))
+                error = ErrorDetail.model_validate(detail["error"])
             except pydantic.ValidationError:
                 pass
+            else:
+                remote = RemoteError.from_detail(error)
+                if self.options.retry_user_errors:
+                    raised = f"{self.name} at {url} raised {error.exc_type}"
+                    return _Retryable(raised, status=status, remote=remote)
+                return remote
         reason = (
             detail.get("detail") if isinstance(detail, dict) else payload[:200].decode("utf-8", "replace")
         )

@@ -226,8 +226,9 @@ def _render_chainlet(
         "Dockerfile": env.get_template("Dockerfile.jinja").render(
             header=head,
             name=spec.name,
-            base_image=spec.remote_config.docker_image.base_image or base_image,
+            base_image=spec.remote_config.docker_image.base_image_reference or base_image,
             apt_requirements=spec.remote_config.docker_image.apt_requirements,
+            build_commands=spec.remote_config.build_commands,
         ),
         "ruff.toml": env.get_template("ruff.toml.jinja").render(
             header=head, first_party=sorted(used_first_party)

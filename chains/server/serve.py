@@ -61,7 +61,7 @@ def create_app(
     def factory(metrics: Metrics) -> ChainletBase:
         kwargs: dict[str, Any] = {}
         for dep in spec.dependencies:
-            options = StubOptions.from_marker(dep.marker)
+            options = StubOptions.from_marker(dep.marker, retry_user_errors=settings.retry_user_errors)
             address = settings.dependencies[dep.name]
             kwargs[dep.param] = stub = stubs[dep.param](
                 address.urls,
@@ -290,6 +290,8 @@ def serve(
     accepts from it only once the chainlet is built: until then the process it replaces, or
     the backlog, holds the calls.
     """
+    if app.spec.remote_config.options.enable_debug_logs:
+        log_level = "DEBUG"
     configure_logging(app.spec.name, log_level)
     config = uvicorn.Config(
         app,

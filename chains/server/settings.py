@@ -112,6 +112,8 @@ class ServerSettings:
     environment: str | None = None
     docs: bool | None = None  # None: only on the entrypoint
     ready_file: Path | None = None  # created once the chainlet is built (for a supervisor)
+    # Stubs retry exceptions their callee raised, as Truss Chains does (see StubOptions).
+    retry_user_errors: bool = False
 
     def __repr__(self) -> str:
         # Never print credentials: settings end up in logs and tracebacks.
@@ -166,4 +168,5 @@ class ServerSettings:
             environment=env.get("CHAINS_ENVIRONMENT") or None,
             docs=None if docs is None else docs in ("1", "true"),
             ready_file=Path(env["CHAINS_READY_FILE"]) if env.get("CHAINS_READY_FILE") else None,
+            retry_user_errors=env.get("CHAINS_RETRY_USER_ERRORS", "") in ("1", "true"),
         )

@@ -158,7 +158,7 @@ class DockerTarget:
         for spec in chain.chainlets:
             generated = result.chainlets[spec.name]
             image = spec.remote_config.docker_image
-            base = image.base_image or base_image
+            base = image.base_image_reference or base_image
             if base not in base_ids:
                 base_ids[base] = engine.base_image(base, self.log)
             target = engine.python_of(base_ids[base])

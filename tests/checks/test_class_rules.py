@@ -136,22 +136,6 @@ class Entry(chains.ChainletBase):
     assert "`a` is annotated Speaker but depends on Leaf" in f.only_violation().message
 
 
-def test_missing_dependency_annotation(chain_file: Write) -> None:
-    f = chain_file(
-        LEAF
-        + """
-@chains.mark_entrypoint
-class Entry(chains.ChainletBase):
-    def __init__(self, leaf=chains.depends(Leaf)) -> None:
-        pass
-
-    async def run_remote(self) -> int:
-        return 0
-"""
-    )
-    assert "annotate `leaf` with the dependency's class" in f.only_violation().message
-
-
 def test_depends_arguments_are_checked(chain_file: Write) -> None:
     f = chain_file(
         LEAF
@@ -285,12 +269,23 @@ A.__init__.__defaults__ = (chains.depends(B),)
 
 
 def test_no_entrypoint_names_the_candidates(chain_file: Write) -> None:
-    f = chain_file(LEAF)
+    f = chain_file(
+        LEAF
+        + """
+class Other(chains.ChainletBase):
+    async def run_remote(self) -> int:
+        return 0
+"""
+    )
     with pytest.raises(
-        chains.ChainsUsageError, match=r"no entrypoint; mark one .* \(chainlets in the file: Leaf\)"
+        chains.ChainsUsageError, match=r"no entrypoint; mark one .* \(chainlets in the file: Leaf, Other\)"
     ):
         load_chain(f.path)
     assert load_chain(f.path, entrypoint="Leaf").entrypoint.name == "Leaf"
+
+
+def test_the_only_chainlet_of_a_file_needs_no_mark(chain_file: Write) -> None:
+    assert load_chain(chain_file(LEAF).path).entrypoint.name == "Leaf"
 
 
 def test_two_entrypoints_are_named(chain_file: Write) -> None:
