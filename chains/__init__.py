@@ -15,6 +15,11 @@ class Entry(chains.ChainletBase):
         return await self._upper.run_remote(text)
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from chains.chainlet import ChainletBase, ModelBase, depends, depends_context, mark_entrypoint
 from chains.config import (
     Assets,
@@ -28,7 +33,6 @@ from chains.config import (
     make_abs_path_here,
 )
 from chains.context import DeploymentContext
-from chains.deploy import push
 from chains.errors import (
     ChainsRuntimeError,
     ChainsUsageError,
@@ -36,12 +40,24 @@ from chains.errors import (
     RemoteError,
     StreamInterrupted,
 )
-from chains.local import run_local
 from chains.sse import SSE
 from chains.streams import StreamTypes, stream_reader, stream_types, stream_writer
-from chains.stubs import StubBase
+
+if TYPE_CHECKING:
+    from chains.deploy import push
+    from chains.local import run_local
+    from chains.stubs import StubBase
 
 __version__ = "0.1.0"
+
+# Names imported on first use, so that `import chains` stays light: a chain file or a client
+# does not pay for the deploy machinery (targets, the docker SDK), nor for the HTTP clients of
+# the stubs, unless it uses them. A chainlet server imports what it serves with directly.
+_LAZY = {
+    "StubBase": "chains.stubs",
+    "push": "chains.deploy",
+    "run_local": "chains.local",
+}
 
 __all__ = [
     "SSE",
@@ -73,3 +89,16 @@ __all__ = [
     "stream_types",
     "stream_writer",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chains' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -26,10 +26,9 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import aiohttp
-import httpx
 import pydantic
 import tenacity
 
@@ -51,6 +50,9 @@ from chains.locations import Locator
 from chains.server.metrics import DependencyCall, Metrics
 from chains.server.settings import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
 from chains.stream_codecs import FRAMED_MEDIA_TYPE, decode_framed, shape_of
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["StubBase", "StubOptions"]
 
@@ -434,6 +436,10 @@ class StubBase:
             raise self._gave_up(exc) from None
 
     def _attempt_sync(self, tried: list[str], endpoint: EndpointSpec, body: bytes, call: CallContext) -> Any:
+        # Imported here: only sync calls need httpx, and an async chainlet server should not pay
+        # for loading it.
+        import httpx
+
         if self._sync_client is None:
             self._sync_client = httpx.Client(timeout=None)
         timeout = self._attempt_timeout(call)

@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,18 @@ class Leaf(chains.ChainletBase):
 """
 
 
-def test_init_parameter_needs_a_depends_default(chain_file: Write) -> None:
-    f = chain_file(
+@dataclass(frozen=True)
+class Expected:
+    """One violation: a fragment of its message, a text on its line, and where it is."""
+
+    message: str
+    line: str | None = None
+    where: str | None = None
+
+
+# Chain files that break one rule each (or one rule several times), and what is reported.
+VIOLATIONS = [
+    pytest.param(
         LEAF
         + """
 @chains.mark_entrypoint
@@ -34,15 +45,17 @@ class Entry(chains.ChainletBase):
 
     async def run_remote(self) -> int:
         return 0
-"""
-    )
-    v = f.only_violation()
-    assert (v.line, v.where) == (f.line("def __init__"), "Entry.__init__")
-    assert "parameter `size` needs a default of `chains.depends(SomeChainlet)`" in v.message
-
-
-def test_context_must_be_last(chain_file: Write) -> None:
-    f = chain_file(
+""",
+        [
+            Expected(
+                "parameter `size` needs a default of `chains.depends(SomeChainlet)`",
+                "def __init__",
+                "Entry.__init__",
+            )
+        ],
+        id="init_parameter_needs_a_depends_default",
+    ),
+    pytest.param(
         LEAF
         + """
 @chains.mark_entrypoint
@@ -56,15 +69,11 @@ class Entry(chains.ChainletBase):
 
     async def run_remote(self) -> int:
         return 0
-"""
-    )
-    v = f.only_violation()
-    assert v.line == f.line("context: chains.DeploymentContext")
-    assert "must be the last parameter" in v.message
-
-
-def test_dependency_annotation_must_match(chain_file: Write) -> None:
-    f = chain_file(
+""",
+        [Expected("must be the last parameter", "context: chains.DeploymentContext")],
+        id="context_must_be_last",
+    ),
+    pytest.param(
         LEAF
         + """
 class Other(chains.ChainletBase):
@@ -79,11 +88,169 @@ class Entry(chains.ChainletBase):
 
     async def run_remote(self) -> int:
         return 0
-"""
-    )
-    v = f.only_violation()
-    assert v.line == f.line("leaf: Other")
-    assert "`leaf` is annotated Other but depends on Leaf" in v.message
+""",
+        [Expected("`leaf` is annotated Other but depends on Leaf", "leaf: Other")],
+        id="dependency_annotation_must_match",
+    ),
+    pytest.param(
+        LEAF
+        + """
+class Speaker(Protocol):
+    async def speak(self) -> str: ...
+
+
+@chains.mark_entrypoint
+class Entry(chains.ChainletBase):
+    def __init__(self, a: Speaker = chains.depends(Leaf)) -> None:
+        pass
+
+    async def run_remote(self) -> int:
+        return 0
+""",
+        [Expected("`a` is annotated Speaker but depends on Leaf")],
+        id="protocol_not_satisfied",
+    ),
+    pytest.param(
+        LEAF
+        + """
+@chains.mark_entrypoint
+class Entry(chains.ChainletBase):
+    def __init__(
+        self,
+        a: Leaf = chains.depends(Leaf, retries=-1),
+        b: Leaf = chains.depends(Leaf, timeout_sec=0),
+        c: Leaf = chains.depends(Leaf, concurrency_limit=0),
+    ) -> None:
+        pass
+
+    async def run_remote(self) -> int:
+        return 0
+""",
+        [
+            Expected("retries must be a whole number >= 0, got -1", "a: Leaf"),
+            Expected("timeout_sec must be a number > 0, got 0", "b: Leaf"),
+            Expected("concurrency_limit must be a whole number >= 1", "c: Leaf"),
+        ],
+        id="depends_arguments_are_checked",
+    ),
+    pytest.param(
+        """
+@chains.mark_entrypoint
+class Entry(chains.ChainletBase):
+    def __init__(self, a: int = chains.depends(int)) -> None:
+        pass
+
+    async def run_remote(self) -> int:
+        return 0
+""",
+        [Expected("chains.depends() takes a chainlet class")],
+        id="depends_needs_a_chainlet_class",
+    ),
+    pytest.param(
+        """
+@chains.mark_entrypoint
+class Entry(chains.ChainletBase):
+    async def run_remote(self) -> int:
+        return 0
+
+    def is_healthy(self, deep: bool) -> bool:
+        return True
+
+
+class Other(chains.ChainletBase):
+    async def run_remote(self) -> int:
+        return 0
+
+    def is_healthy(self) -> str:
+        return "yes"
+""",
+        [
+            Expected("is_healthy takes only `self`", "def is_healthy(self, deep", "Entry.is_healthy"),
+            Expected("must be annotated `-> bool`", where="Other.is_healthy"),
+        ],
+        id="is_healthy_signature",
+    ),
+    pytest.param(
+        """
+@chains.mark_entrypoint
+class Entry(chains.ChainletBase):
+    remote_config = chains.RemoteConfig(name="not ok!")
+
+    async def run_remote(self) -> int:
+        return 0
+""",
+        [Expected("chainlet name 'not ok!' must start with a letter", "class Entry", "Entry")],
+        id="chainlet_name_must_be_valid",
+    ),
+    pytest.param(
+        """
+class A(chains.ChainletBase):
+    remote_config = chains.RemoteConfig(name="Same")
+
+    async def run_remote(self) -> int:
+        return 0
+
+
+class B(chains.ChainletBase):
+    remote_config = chains.RemoteConfig(name="Same")
+
+    async def run_remote(self) -> int:
+        return 0
+
+
+@chains.mark_entrypoint
+class Entry(chains.ChainletBase):
+    def __init__(self, a: A = chains.depends(A), b: B = chains.depends(B)) -> None:
+        pass
+
+    async def run_remote(self) -> int:
+        return 0
+""",
+        [Expected("chainlet name 'Same' is also used by", "class B")],
+        id="chainlet_names_must_be_unique",
+    ),
+    # depends() needs a defined class, so a cycle can only be made by editing defaults later.
+    pytest.param(
+        LEAF
+        + """
+class A(chains.ChainletBase):
+    def __init__(self, dep: chains.ChainletBase = chains.depends(Leaf)) -> None:
+        pass
+
+    async def run_remote(self) -> int:
+        return 0
+
+
+@chains.mark_entrypoint
+class B(chains.ChainletBase):
+    def __init__(self, a: A = chains.depends(A)) -> None:
+        pass
+
+    async def run_remote(self) -> int:
+        return 0
+
+
+A.__init__.__defaults__ = (chains.depends(B),)
+""",
+        [Expected("dependency cycle: B -> A -> B")],
+        id="dependency_cycle",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), VIOLATIONS)
+def test_rule_violations_are_reported_where_they_are(
+    chain_file: Write, source: str, expected: list[Expected]
+) -> None:
+    f = chain_file(source)
+    found = f.violations()
+    assert len(found) == len(expected), "\n".join(map(str, found))
+    for violation, want in zip(found, expected, strict=True):
+        assert want.message in violation.message
+        if want.line is not None:
+            assert violation.line == f.line(want.line)
+        if want.where is not None:
+            assert violation.where == want.where
 
 
 def test_dependency_annotation_may_be_a_base_or_a_protocol(chain_file: Write) -> None:
@@ -114,158 +281,6 @@ class Entry(chains.ChainletBase):
     )
     chain = load_chain(f.path)
     assert [d.name for d in chain.entrypoint.dependencies] == ["Leaf", "Derived"]
-
-
-def test_protocol_not_satisfied(chain_file: Write) -> None:
-    f = chain_file(
-        LEAF
-        + """
-class Speaker(Protocol):
-    async def speak(self) -> str: ...
-
-
-@chains.mark_entrypoint
-class Entry(chains.ChainletBase):
-    def __init__(self, a: Speaker = chains.depends(Leaf)) -> None:
-        pass
-
-    async def run_remote(self) -> int:
-        return 0
-"""
-    )
-    assert "`a` is annotated Speaker but depends on Leaf" in f.only_violation().message
-
-
-def test_depends_arguments_are_checked(chain_file: Write) -> None:
-    f = chain_file(
-        LEAF
-        + """
-@chains.mark_entrypoint
-class Entry(chains.ChainletBase):
-    def __init__(
-        self,
-        a: Leaf = chains.depends(Leaf, retries=-1),
-        b: Leaf = chains.depends(Leaf, timeout_sec=0),
-        c: Leaf = chains.depends(Leaf, concurrency_limit=0),
-    ) -> None:
-        pass
-
-    async def run_remote(self) -> int:
-        return 0
-"""
-    )
-    a, b, c = f.violations()
-    assert a.line == f.line("a: Leaf") and "retries must be a whole number >= 0, got -1" in a.message
-    assert b.line == f.line("b: Leaf") and "timeout_sec must be a number > 0, got 0" in b.message
-    assert c.line == f.line("c: Leaf") and "concurrency_limit must be a whole number >= 1" in c.message
-
-
-def test_depends_needs_a_chainlet_class(chain_file: Write) -> None:
-    f = chain_file("""
-@chains.mark_entrypoint
-class Entry(chains.ChainletBase):
-    def __init__(self, a: int = chains.depends(int)) -> None:
-        pass
-
-    async def run_remote(self) -> int:
-        return 0
-""")
-    assert "chains.depends() takes a chainlet class" in f.only_violation().message
-
-
-def test_is_healthy_signature(chain_file: Write) -> None:
-    f = chain_file("""
-@chains.mark_entrypoint
-class Entry(chains.ChainletBase):
-    async def run_remote(self) -> int:
-        return 0
-
-    def is_healthy(self, deep: bool) -> bool:
-        return True
-
-
-class Other(chains.ChainletBase):
-    async def run_remote(self) -> int:
-        return 0
-
-    def is_healthy(self) -> str:
-        return "yes"
-""")
-    first, second = f.violations()
-    assert (first.line, first.where) == (f.line("def is_healthy(self, deep"), "Entry.is_healthy")
-    assert "is_healthy takes only `self`" in first.message
-    assert second.where == "Other.is_healthy" and "must be annotated `-> bool`" in second.message
-
-
-def test_chainlet_name_must_be_valid(chain_file: Write) -> None:
-    f = chain_file("""
-@chains.mark_entrypoint
-class Entry(chains.ChainletBase):
-    remote_config = chains.RemoteConfig(name="not ok!")
-
-    async def run_remote(self) -> int:
-        return 0
-""")
-    v = f.only_violation()
-    assert (v.line, v.where) == (f.line("class Entry"), "Entry")
-    assert "chainlet name 'not ok!' must start with a letter" in v.message
-
-
-def test_chainlet_names_must_be_unique(chain_file: Write) -> None:
-    f = chain_file("""
-class A(chains.ChainletBase):
-    remote_config = chains.RemoteConfig(name="Same")
-
-    async def run_remote(self) -> int:
-        return 0
-
-
-class B(chains.ChainletBase):
-    remote_config = chains.RemoteConfig(name="Same")
-
-    async def run_remote(self) -> int:
-        return 0
-
-
-@chains.mark_entrypoint
-class Entry(chains.ChainletBase):
-    def __init__(self, a: A = chains.depends(A), b: B = chains.depends(B)) -> None:
-        pass
-
-    async def run_remote(self) -> int:
-        return 0
-""")
-    v = f.only_violation()
-    assert v.line == f.line("class B") and "chainlet name 'Same' is also used by" in v.message
-
-
-def test_dependency_cycle(chain_file: Write) -> None:
-    # depends() needs a defined class, so a cycle can only be made by editing defaults later.
-    f = chain_file(
-        LEAF
-        + """
-class A(chains.ChainletBase):
-    def __init__(self, dep: chains.ChainletBase = chains.depends(Leaf)) -> None:
-        pass
-
-    async def run_remote(self) -> int:
-        return 0
-
-
-@chains.mark_entrypoint
-class B(chains.ChainletBase):
-    def __init__(self, a: A = chains.depends(A)) -> None:
-        pass
-
-    async def run_remote(self) -> int:
-        return 0
-
-
-A.__init__.__defaults__ = (chains.depends(B),)
-"""
-    )
-    v = f.only_violation()
-    assert "dependency cycle: B -> A -> B" in v.message
 
 
 def test_no_entrypoint_names_the_candidates(chain_file: Write) -> None:

@@ -8,14 +8,26 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pydantic
 import pytest
 
+from chains.call_context import CallContext, serving_call
 from chains.errors import RemoteError, StreamInterrupted
+from chains.server.metrics import Metrics
 from chains.stubs import StubBase, StubOptions
-from tests.helpers import TOKEN, ServerProcess, asgi_in_thread, generate_chain, running, write_chain
+from tests.helpers import (
+    TOKEN,
+    ServerProcess,
+    asgi_in_thread,
+    generate_chain,
+    running,
+    unique_port,
+    wait_until,
+    write_chain,
+)
 
 CHAIN = """
 import asyncio
@@ -179,22 +191,50 @@ def _hops(detail: dict[str, object]) -> list[dict[str, object]]:
 
 
 def test_dependency_down_at_first_comes_up_during_the_retries(generated: dict[str, Path]) -> None:
-    leaf, mid = wired(generated, "Leaf", "Mid")
+    port = unique_port()
     result: list[httpx.Response] = []
-    with running(mid.__class__(generated["Mid"], entrypoint=True, dependencies={"Leaf": [leaf.url]})) as (
-        front,
-    ):
-        caller = threading.Thread(target=lambda: result.append(call(front, {"text": "late"})))
+    mid = ServerProcess(
+        generated["Mid"], entrypoint=True, dependencies={"Leaf": [f"http://127.0.0.1:{port}"]}
+    )
+    with running(mid):
+        caller = threading.Thread(target=lambda: result.append(call(mid, {"text": "late"})))
         caller.start()
-        time.sleep(0.5)  # the first attempts find nothing listening
-        leaf.start()
-        try:
+        retries = 'chains_dependency_retries_total{chainlet="Mid",dependency="Leaf"}'
+        # The leaf comes up only once an attempt has found nothing listening and was retried;
+        # it starts in a thread, well within the retries' backoff (a process would take longer).
+        wait_until(lambda: _metric(mid, retries) >= 1, 10, "a retry of the call to the absent leaf")
+        leaf = _ReversingLeaf()
+        with asgi_in_thread(leaf, port):
             caller.join(20)
-            assert result and result[0].status_code == 200 and result[0].json() == "etal"
-            retries = _metric(front, 'chains_dependency_retries_total{chainlet="Mid",dependency="Leaf"}')
-            assert retries >= 1
-        finally:
-            leaf.kill()
+        assert result and result[0].status_code == 200 and result[0].json() == "etal"
+        assert leaf.requests == 1  # nothing reached it before it came up
+
+
+class _ReversingLeaf:
+    """A real HTTP service that answers like the chain's Leaf: the text reversed."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def __call__(self, scope: dict[str, object], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        self.requests += 1
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        answer = json.dumps(json.loads(body)["text"][::-1]).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": answer})
 
 
 def _metric(server: ServerProcess, name: str) -> float:
@@ -251,11 +291,15 @@ def test_slow_dependency_against_the_callers_deadline(generated: dict[str, Path]
             timeout=30,
         )
         elapsed = time.monotonic() - started
-        assert response.status_code in (500, 504) and elapsed < 4
-        assert "Deadline" in response.json()["error"]["exc_type"] or "deadline" in response.text
+        # Each hop's deadline is the one it was sent plus the time in transit, so the
+        # entrypoint's runs out first: it answers 504 itself, before the leaf's 10 s are over.
+        assert response.status_code == 504 and elapsed < 10
+        error = response.json()["error"]
+        assert error["exc_type"] == "DeadlineExceeded"
+        assert error["message"] == "Top did not answer within the caller's deadline"
         # The leaf stopped working too: nothing is left in flight there.
-        time.sleep(0.5)
-        assert _metric(leaf, 'chains_in_flight{chainlet="Leaf"}') == 0
+        in_flight = 'chains_in_flight{chainlet="Leaf"}'
+        wait_until(lambda: _metric(leaf, in_flight) == 0, 5, "the leaf's call cancelled")
 
 
 def test_client_disconnect_cancels_the_producer_three_hops_away(
@@ -341,26 +385,53 @@ class LeafStub(StubBase):
 def test_calls_spread_over_replicas_and_skip_a_dead_one_at_once(generated: dict[str, Path]) -> None:
     with running(ServerProcess(generated["Leaf"]), ServerProcess(generated["Leaf"])) as (one, two):
 
-        async def calls(count: int) -> list[float]:
-            stub = LeafStub([one.url, two.url], options=StubOptions(retries=2), token=TOKEN)
-            durations = []
-            for _ in range(count):
-                started = time.monotonic()
-                assert await stub.run_remote("ab") == "ba"
-                durations.append(time.monotonic() - started)
+        async def calls(count: int, urls: list[str], deadline_sec: float | None = None) -> int:
+            """``count`` calls; how many of them were retried."""
+            metrics = Metrics("Test")
+            stub = LeafStub(urls, options=StubOptions(retries=2), token=TOKEN, metrics=metrics)
+            deadline = None if deadline_sec is None else time.monotonic() + deadline_sec
+            with serving_call(CallContext("replicas", deadline)):
+                for _ in range(count):
+                    assert await stub.run_remote("ab") == "ba"
             await stub.aclose()
-            return durations
+            return int(
+                _rendered(metrics, 'chains_dependency_retries_total{chainlet="Test",dependency="LeafStub"}')
+            )
 
-        asyncio.run(calls(10))
+        assert asyncio.run(calls(10, [one.url, two.url])) == 0
         served = [
             _metric(server, 'chains_calls_total{chainlet="Leaf",status="200"}') for server in (one, two)
         ]
         assert served == [5, 5]  # taken in turn
         one.kill()
-        durations = asyncio.run(calls(10))
-        # A refused connection moves to the other replica without a backoff pause.
-        assert max(durations) < 0.5, durations
+        # Every call whose turn fell on the dead replica (all but perhaps the first) was retried
+        # once, on the other one.
+        assert asyncio.run(calls(10, [one.url, two.url])) in (9, 10)
         assert _metric(two, 'chains_calls_total{chainlet="Leaf",status="200"}') == 15
+
+    # A failure moves to the other replica without a pause, even one the failed replica asks
+    # for: a pause of Retry-After's 30 s would not fit the caller's 20 s, and the stub would
+    # give up at once instead of sleeping.
+    with running(ServerProcess(generated["Leaf"])) as (leaf,), asgi_in_thread(_Busy()) as busy:
+        assert asyncio.run(calls(6, [busy, leaf.url], deadline_sec=20)) in (5, 6)
+
+
+class _Busy:
+    """A real HTTP service that is always busy for the next 30 s."""
+
+    async def __call__(self, scope: dict[str, object], receive: object, send: object) -> None:
+        if scope["type"] != "http":
+            return
+        headers = [(b"content-type", b"application/json"), (b"retry-after", b"30")]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": b'{"detail":"busy"}'})  # type: ignore[operator]
+
+
+def _rendered(metrics: Metrics, name: str) -> float:
+    for line in metrics.render().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
 
 
 def test_use_binary_calls_with_messagepack(generated: dict[str, Path]) -> None:
