@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
 import pkgutil
 
@@ -9,6 +10,7 @@ import pytest
 import chains
 import chains.errors
 from chains.errors import ErrorDetail
+from chains.server.settings import ServerSettings, check_api_key
 
 
 def _raise_value_error() -> None:
@@ -202,3 +204,81 @@ def test_stream_errors_are_still_importable_from_where_they_were() -> None:
         framing.FrameTooLarge is chains.FrameTooLarge and framing.UnknownFrameKind is chains.UnknownFrameKind
     )
     assert streams.StreamSchemaMismatch is chains.StreamSchemaMismatch
+
+
+# -- what leaves the chain ---------------------------------------------------------------------
+
+
+def test_the_public_form_keeps_type_message_and_request_id_only() -> None:
+    inner = chains.RemoteError.from_detail(_detail_of(_raise_value_error, "Words"))
+
+    def entry() -> None:
+        raise inner
+
+    full = _detail_of(entry, "Entry")
+    assert full.cause is not None and "_raise_value_error" in full.render()
+    public = full.public("rid-7")
+    assert (public.exc_type, public.exc_module, public.message) == ("ValueError", "builtins", "bad prompt")
+    assert public.chainlet == "Entry" and public.request_id == "rid-7"
+    assert public.traceback == "" and public.cause is None
+    assert os.sep + "tests" not in public.model_dump_json()  # no server path
+    error = chains.RemoteError.from_detail(public)
+    assert isinstance(error, ValueError)
+    assert "request id rid-7" in str(error) and "_raise_value_error" not in str(error)
+
+
+def test_an_error_sent_as_is_is_reported_as_exactly_its_detail() -> None:
+    public = _detail_of(_raise_value_error, "Entry").public("rid-8")
+
+    def stream_producer() -> None:
+        raise public.as_exception()
+
+    assert _detail_of(stream_producer, "Entry") == public
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [("", None), ("1", True), ("true", True), ("0", False), ("FALSE", False)]
+)
+def test_chains_debug_errors_switches_tracebacks(value: str, shown: bool | None) -> None:
+    settings = ServerSettings.from_env({"CHAINS_DEBUG_ERRORS": value, "CHAINS_ENVIRONMENT": "docker"})
+    assert settings.debug_errors is shown
+    assert settings.shows_tracebacks is bool(shown)
+
+
+def test_tracebacks_are_shown_on_the_local_target_by_default() -> None:
+    assert ServerSettings.from_env({"CHAINS_ENVIRONMENT": "local"}).shows_tracebacks
+    assert not ServerSettings.from_env({"CHAINS_ENVIRONMENT": "kubernetes"}).shows_tracebacks
+    assert not ServerSettings.from_env({}).shows_tracebacks
+    local_off = {"CHAINS_ENVIRONMENT": "local", "CHAINS_DEBUG_ERRORS": "0"}
+    assert not ServerSettings.from_env(local_off).shows_tracebacks
+
+
+def test_a_malformed_debug_switch_is_refused_naming_it() -> None:
+    with pytest.raises(chains.ChainsUsageError, match="CHAINS_DEBUG_ERRORS='yes' must be one of"):
+        ServerSettings.from_env({"CHAINS_DEBUG_ERRORS": "yes"})
+
+
+# -- API keys ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        (" Zq9w", "a space at position 1"),
+        ("Zq9w ", "a space at position 5"),
+        ("Zq9wé", "a non-ASCII character at position 5"),
+        ("Zq9w\t", "a control character at position 5"),
+    ],
+)
+def test_an_api_key_that_cannot_travel_in_a_header_is_refused(key: str, problem: str) -> None:
+    with pytest.raises(chains.ChainsUsageError, match=problem) as caught:
+        check_api_key(key)
+    assert "Zq9w" not in str(caught.value)  # the key itself is never printed
+    with pytest.raises(chains.ChainsUsageError, match=f"CHAINS_API_KEY has {problem}"):
+        ServerSettings.from_env({"CHAINS_API_KEY": key})
+
+
+def test_a_printable_ascii_api_key_is_accepted() -> None:
+    key = "".join(chr(c) for c in range(0x21, 0x7F))
+    check_api_key(key)
+    assert ServerSettings.from_env({"CHAINS_API_KEY": key}).api_key == key
