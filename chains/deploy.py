@@ -18,6 +18,7 @@ from chains.checks import Chain
 from chains.endpoint import EndpointSpec
 from chains.errors import ChainsUsageError
 from chains.loader import load_chain
+from chains.server.settings import check_api_key
 from chains.stubs import StubBase, StubOptions
 from chains.targets import PushOptions, running_target
 from chains.targets.state import ChainState, forget, read_state
@@ -145,6 +146,8 @@ def push_chain(
 ) -> ChainHandle:
     """Start an already loaded and checked chain on a running ``target``."""
     options = options or PushOptions()
+    if options.api_key:
+        check_api_key(options.api_key)
     runner = running_target(target)
     options = dataclasses.replace(options, secrets=collect_secrets(chain, options.secrets))
     state = runner.push(chain, source_file, options)

@@ -1,9 +1,32 @@
-"""Exceptions raised by chains, and the error detail that carries a failure across hops.
+"""Every exception chains raises, and the error detail that carries a failure across hops.
+
+The hierarchy (a builtin base in parentheses: ``except TimeoutError`` catches a
+``DeadlineExceeded``)::
+
+    Exception
+    └── ChainsError                      every exception chains raises itself
+        ├── ChainsUsageError             the chain, its configuration or an SDK call is wrong
+        └── ChainsRuntimeError           (RuntimeError) something failed while a chain ran
+            ├── StreamInterrupted        a stream stopped before its end frame
+            ├── DependencyUnavailable    (ConnectionError) a dependency kept failing or refusing
+            ├── DeadlineExceeded         (TimeoutError) a call ran out of time
+            ├── StreamProtocolError      the bytes received are not a valid chains stream
+            │   ├── FrameTooLarge        a frame over the reader's size limit
+            │   ├── UnknownFrameKind     a frame kind this version does not know
+            │   └── StreamSchemaMismatch the producer streams another schema
+            ├── BuildFailed              an image of a chainlet did not build
+            └── RemoteError              raised by another chainlet, see below
 
 A failure inside a chainlet travels to its caller as an :class:`ErrorDetail` (in a 500
 response body or in a stream's error frame). The caller raises it as a :class:`RemoteError`
-that is also an instance of the original builtin exception type, so ``except ValueError``
-keeps working across the network.
+that is also an instance of the original type when that is a builtin or one of the classes
+above, so ``except ValueError`` and ``except DeadlineExceeded`` keep working across any
+number of hops::
+
+    try:
+        await self._words.run_remote(text)
+    except chains.DeadlineExceeded:   # raised two hops away
+        ...
 """
 
 from __future__ import annotations
@@ -12,7 +35,7 @@ import builtins
 import os
 import sysconfig
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -20,14 +43,19 @@ from typing import Any
 import pydantic
 
 __all__ = [
+    "BuildFailed",
     "ChainsError",
     "ChainsRuntimeError",
     "ChainsUsageError",
     "DeadlineExceeded",
     "DependencyUnavailable",
     "ErrorDetail",
+    "FrameTooLarge",
     "RemoteError",
     "StreamInterrupted",
+    "StreamProtocolError",
+    "StreamSchemaMismatch",
+    "UnknownFrameKind",
     "Violation",
 ]
 
@@ -68,6 +96,9 @@ class ChainsUsageError(ChainsError):
                 print(violation)
     """
 
+    # A class default, so that one rebuilt from another chainlet's error detail has it too.
+    violations: tuple[Violation, ...] = ()
+
     def __init__(self, message: str = "", violations: Sequence[Violation] = ()) -> None:
         # Sorted as they stand in the source: the order a person fixes them in.
         self.violations: tuple[Violation, ...] = tuple(sorted(violations, key=lambda v: (v.path, v.line)))
@@ -87,18 +118,54 @@ class StreamInterrupted(ChainsRuntimeError):
 
 
 class DependencyUnavailable(ChainsRuntimeError, ConnectionError):
-    """A dependency could not be reached, or kept answering 429/502/503, through every retry."""
+    """A dependency could not be reached, or kept answering 429/502/503, through every retry.
+
+    ``retry_after`` is the wait in seconds the dependency asked for in its last answer, if any.
+    """
+
+    retry_after: float | None = None
 
 
 class DeadlineExceeded(ChainsRuntimeError, TimeoutError):
     """A call ran out of time: its own ``timeout_sec`` or the caller's remaining deadline."""
 
 
+class StreamProtocolError(ChainsRuntimeError):
+    """The bytes received are not a valid chains stream (malformed, or frames out of order)."""
+
+
+class FrameTooLarge(StreamProtocolError):
+    """A frame declared a length over the reader's ``max_frame_size``; it was refused unread."""
+
+
+class UnknownFrameKind(StreamProtocolError):
+    """A frame header carried a kind byte this version of chains does not know."""
+
+
+class StreamSchemaMismatch(StreamProtocolError):
+    """The producer's stream schema is not the one this reader was built for."""
+
+
+class BuildFailed(ChainsRuntimeError):
+    """An image did not build; the message holds the last lines of its build."""
+
+    chainlet: str = ""
+
+    def __init__(self, chainlet: str, reason: str, tail: Sequence[str] = ()) -> None:
+        lines = "\n".join(tail)
+        super().__init__(
+            f"the image of chainlet {chainlet} did not build: {reason}"
+            + (f"\n--- last lines of its build ---\n{lines}" if lines else "")
+        )
+        self.chainlet = chainlet
+
+
 class ErrorDetail(pydantic.BaseModel):
     """The wire form of an exception raised inside a chainlet.
 
     ``cause`` holds the detail of the remote error this one wraps, so a failure three hops
-    deep arrives with the traceback of every hop.
+    deep arrives with the traceback of every hop. What leaves the chain for an outside caller
+    is :meth:`public`: no tracebacks, and the request id to find them in the logs.
     """
 
     model_config = pydantic.ConfigDict(frozen=True)
@@ -109,10 +176,13 @@ class ErrorDetail(pydantic.BaseModel):
     traceback: str = ""
     chainlet: str = ""
     cause: ErrorDetail | None = None
+    request_id: str = ""
 
     @classmethod
     def from_exception(cls, exc: BaseException, chainlet: str = "") -> ErrorDetail:
         """Describe ``exc`` as raised in ``chainlet``, keeping only the user's stack frames."""
+        if isinstance(exc, RemoteError) and exc.detail is not None and exc.sent_as_is:
+            return exc.detail
         cause = exc.detail if isinstance(exc, RemoteError) else None
         exc_type = type(exc)
         if isinstance(exc, RemoteError) and exc.detail is not None:
@@ -130,6 +200,34 @@ class ErrorDetail(pydantic.BaseModel):
             cause=cause,
         )
 
+    def public(self, request_id: str = "") -> ErrorDetail:
+        """What a caller outside the chain is shown of this failure: the type and message it
+        had where it was raised, the chainlet that answered, and ``request_id``. Tracebacks
+        (with the server's file paths) and the internal hops stay in the logs.
+
+        >>> inner = ErrorDetail(exc_type="ValueError", exc_module="builtins", message="bad",
+        ...                     traceback='  File "/srv/app.py", line 3', chainlet="Words")
+        >>> outer = ErrorDetail(exc_type="ValueError", exc_module="builtins", message="bad",
+        ...                     chainlet="Entry", cause=inner)
+        >>> outer.public("r-1")
+        ErrorDetail(exc_type='ValueError', exc_module='builtins', message='bad', traceback='', \
+chainlet='Entry', cause=None, request_id='r-1')
+        """
+        return ErrorDetail(
+            exc_type=self.exc_type,
+            exc_module=self.exc_module,
+            message=self.message,
+            chainlet=self.chainlet,
+            request_id=request_id or self.request_id,
+        )
+
+    def as_exception(self) -> RemoteError:
+        """An exception that is reported as exactly this detail wherever it is raised (in an
+        error frame, an SSE error event, a 500 body), instead of as a new hop wrapping it."""
+        error = RemoteError.from_detail(self)
+        error.sent_as_is = True
+        return error
+
     def hops(self) -> list[ErrorDetail]:
         """This detail and the ones it wraps, outermost first."""
         chain: list[ErrorDetail] = []
@@ -144,7 +242,12 @@ class ErrorDetail(pydantic.BaseModel):
         parts = []
         for hop in self.hops():
             where = f"chainlet {hop.chainlet}" if hop.chainlet else "remote"
-            body = hop.traceback.rstrip("\n") or "  (no user frames)"
+            if hop.traceback:
+                body = hop.traceback.rstrip("\n")
+            elif hop.request_id:
+                body = f"  (traceback in the chain's logs, request id {hop.request_id})"
+            else:
+                body = "  (no user frames)"
             parts.append(f"--- in {where} ---\n{body}\n{hop.qualified_type}: {hop.message}")
         return "\n".join(parts)
 
@@ -168,6 +271,7 @@ class RemoteError(ChainsRuntimeError):
     """
 
     detail: ErrorDetail | None
+    sent_as_is: bool = False  # see ErrorDetail.as_exception
 
     def __init__(self, message: str, detail: ErrorDetail | None = None) -> None:
         super().__init__(message)
@@ -179,7 +283,11 @@ class RemoteError(ChainsRuntimeError):
         """The exception to raise in the caller for ``detail``."""
         error_cls = _remote_class(detail.exc_module, detail.exc_type)
         message = f"{detail.qualified_type}: {detail.message}\n{detail.render()}"
-        error = error_cls.__new__(error_cls, message)
+        # Built by the __new__ of the class's C layout (OSError's for a ConnectionError, say):
+        # error_cls.__new__ would find RuntimeError's first, which refuses to build an OSError.
+        # Only RemoteError.__init__ runs: the original __init__ may want other arguments.
+        new: Callable[..., RemoteError] = _layout(error_cls).__new__
+        error = new(error_cls, message)
         RemoteError.__init__(error, message, detail)
         return error
 
@@ -195,14 +303,33 @@ def _rebuild_remote_error(detail: ErrorDetail | None, message: str) -> RemoteErr
     return RemoteError.from_detail(detail) if detail is not None else RemoteError(message)
 
 
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not in C
+
+
+def _layout(cls: type) -> type:
+    """The builtin class whose C layout ``cls`` has, the one whose ``__new__`` builds it."""
+    while cls.__flags__ & _HEAP_TYPE and cls.__base__ is not None:
+        cls = cls.__base__
+    return cls
+
+
+def _chains_errors() -> Iterator[type[ChainsError]]:
+    """Every public exception class of this module, in the order of ``__all__``."""
+    for name in __all__:
+        value = globals()[name]
+        if isinstance(value, type) and issubclass(value, ChainsError):
+            yield value
+
+
 @cache
 def _remote_class(module: str, name: str) -> type[RemoteError]:
     """A RemoteError subclass that is also the original type: a builtin, or one of ours
     (so ``except StreamInterrupted`` holds for a stream that broke two hops away)."""
     if module == "builtins":
         base = getattr(builtins, name, None)
-    elif module == __name__:
-        base = globals().get(name)
+    elif module == __name__ or module.startswith("chains."):
+        # Any chains module: a peer of an older version may name where a class used to live.
+        base = next((cls for cls in _chains_errors() if cls.__name__ == name), None)
     else:
         return RemoteError
     if not (isinstance(base, type) and issubclass(base, Exception)) or issubclass(base, RemoteError):

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from enum import IntEnum
 from typing import Any, Final
 
-from chains.errors import ChainsRuntimeError, StreamInterrupted
+from chains.errors import FrameTooLarge, StreamInterrupted, StreamProtocolError, UnknownFrameKind
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -105,18 +105,6 @@ def kind_name(kind: int) -> str:
     """A readable name for a kind byte, for error messages."""
     name = _KIND_NAMES.get(kind)
     return f"{name} frame" if name else f"unknown frame kind 0x{kind:02x}"
-
-
-class StreamProtocolError(ChainsRuntimeError):
-    """The bytes received are not a valid chains stream (malformed, or frames out of order)."""
-
-
-class FrameTooLarge(StreamProtocolError):
-    """A frame declared a length over the reader's ``max_frame_size``; it was refused unread."""
-
-
-class UnknownFrameKind(StreamProtocolError):
-    """A frame header carried a kind byte this version of chains does not know."""
 
 
 def _size(n: int) -> str:

@@ -35,7 +35,7 @@ from typing import Any, Final, Generic, TypeVar, overload
 import pydantic
 import pydantic_core
 
-from chains.errors import ChainsUsageError, ErrorDetail, RemoteError, StreamInterrupted
+from chains.errors import ChainsUsageError, ErrorDetail, RemoteError, StreamInterrupted, StreamSchemaMismatch
 from chains.framing import (
     DEFAULT_MAX_FRAME_SIZE,
     END_FRAME,
@@ -81,10 +81,6 @@ HeaderT = TypeVar("HeaderT")
 FooterT = TypeVar("FooterT")
 
 _pack_header: Final = pack_header
-
-
-class StreamSchemaMismatch(StreamProtocolError):
-    """The producer's stream schema is not the one this reader was built for."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -263,7 +263,9 @@ class StubBase:
         attempts = self.options.retries + 1
         if exc.status == 504:
             return DeadlineExceeded(f"{exc.reason} (after {attempts} attempt(s))")
-        return DependencyUnavailable(f"{exc.reason} (after {attempts} attempt(s))")
+        error = DependencyUnavailable(f"{exc.reason} (after {attempts} attempt(s))")
+        error.retry_after = exc.retry_after
+        return error
 
     def _wait(self, state: tenacity.RetryCallState, tried: list[str]) -> float:
         exc = state.outcome.exception() if state.outcome is not None else None

@@ -16,6 +16,7 @@ import hmac
 import inspect
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ from chains import codec
 from chains.call_context import REQUEST_ID_HEADER, CallContext, serving_call
 from chains.chainlet import ChainletBase
 from chains.checks import ChainletSpec
-from chains.errors import DeadlineExceeded, ErrorDetail
+from chains.errors import DeadlineExceeded, DependencyUnavailable, ErrorDetail, RemoteError
 from chains.server import openapi
 from chains.server.asgi import (
     BodyTooLarge,
@@ -91,6 +92,8 @@ class ChainletApp:
         self._openapi = json.dumps(openapi.document(spec, entrypoint=settings.is_entrypoint)).encode()
         self._token = (settings.internal_token or "").encode()
         self._api_key = (settings.api_key or "").encode()
+        # What an outside caller sees of an error: see docs/concepts.md, "Errors".
+        self._public_errors = settings.is_entrypoint and not settings.shows_tracebacks
         self._build_task: asyncio.Task[None] | None = None
         if not settings.is_entrypoint and not settings.internal_token:
             raise ValueError(
@@ -170,6 +173,11 @@ class ChainletApp:
             ready, reason = await self._readiness()
             await send_json(send, 200 if ready else 503, {"ready": ready, "detail": reason})
         elif path == "/metrics":
+            # The entrypoint's metrics name the chain's internal chainlets: its callers' key guards them.
+            refusal = self._authorized(header_map(scope)) if self.settings.is_entrypoint else None
+            if refusal is not None:
+                await send_json(send, 401, {"detail": refusal})
+                return
             body = self.metrics.render().encode()
             await send_bytes(send, 200, body, b"text/plain; version=0.0.4; charset=utf-8")
         elif path == "/openapi.json":
@@ -378,13 +386,17 @@ class ChainletApp:
                 return await self._fail(send, 504, self._deadline_error(call), rid)
             # run_remote's own TimeoutError (a dependency's DeadlineExceeded, its own timeout):
             # reported as what it is, not as the caller's deadline, which may not even be set.
-            logger.exception("run_remote raised %s", type(exc).__name__)
+            logger.exception("run_remote raised %s (request id %s)", type(exc).__name__, call.request_id)
             return await self._fail(send, 500, exc, rid)
         except (pydantic.ValidationError, pydantic_core.PydanticSerializationError) as exc:
-            logger.error("run_remote returned a value that does not match its annotation: %s", exc)
+            logger.error(
+                "run_remote returned a value that does not match its annotation (request id %s): %s",
+                call.request_id,
+                exc,
+            )
             return await self._fail(send, 500, exc, rid)
         except Exception as exc:
-            logger.exception("run_remote raised %s", type(exc).__name__)
+            logger.exception("run_remote raised %s (request id %s)", type(exc).__name__, call.request_id)
             return await self._fail(send, 500, exc, rid)
         media_type = codec.BINARY_MEDIA_TYPE.encode() if binary else b"application/json"
         await send_bytes(send, 200, body, media_type, rid)
@@ -395,7 +407,18 @@ class ChainletApp:
 
     async def _fail(self, send: Send, status: int, exc: BaseException, rid: list[tuple[bytes, bytes]]) -> int:
         detail = ErrorDetail.from_exception(exc, self.spec.name)
-        await send_json(send, status, {"error": detail.model_dump(mode="json")}, rid)
+        headers = rid
+        if self.settings.is_entrypoint:
+            if self._public_errors:
+                detail = detail.public(dict(rid)[REQUEST_ID_HEADER.encode()].decode())
+            if status == 500 and isinstance(exc, DependencyUnavailable):
+                # A dependency was busy or unreachable through every retry of this call: a
+                # later call may well succeed, so the outside caller is told to retry. Only
+                # here: between chainlets a 503 would be retried at every hop, multiplying the
+                # load on the dependency that is already overloaded.
+                status = 503
+                headers = [(b"retry-after", _retry_after(exc)), *rid]
+        await send_json(send, status, {"error": detail.model_dump(mode="json")}, headers)
         return status
 
     async def _stream(
@@ -420,10 +443,18 @@ class ChainletApp:
             except TimeoutError as exc:
                 if scope.expired() or _passed(deadline):
                     return await self._fail(send, 504, self._deadline_error(call), rid)
-                logger.exception("run_remote raised %s before its first item", type(exc).__name__)
+                logger.exception(
+                    "run_remote raised %s before its first item (request id %s)",
+                    type(exc).__name__,
+                    call.request_id,
+                )
                 return await self._fail(send, 500, exc, rid)
             except Exception as exc:
-                logger.exception("run_remote raised %s before its first item", type(exc).__name__)
+                logger.exception(
+                    "run_remote raised %s before its first item (request id %s)",
+                    type(exc).__name__,
+                    call.request_id,
+                )
                 return await self._fail(send, 500, exc, rid)
             await send(
                 {
@@ -433,6 +464,8 @@ class ChainletApp:
                 }
             )
             source = _items(first, generator, deadline, self._deadline_error(call))
+            if self._public_errors:
+                source = _public_failure(source, self.spec.name, call.request_id)
             chunks = encoder(shape, source, chainlet=self.spec.name, on_error=_log_stream_error)
             sender = _BodySender(send)
             try:
@@ -460,7 +493,38 @@ _END: Any = object()
 
 
 def _log_stream_error(exc: BaseException) -> None:
+    if isinstance(exc, RemoteError) and exc.sent_as_is:
+        return  # the public form of an error _public_failure has logged in full
     logger.error("run_remote raised %s while streaming", type(exc).__name__, exc_info=exc)
+
+
+async def _public_failure(source: AsyncIterator[Any], chainlet: str, request_id: str) -> AsyncIterator[Any]:
+    """``source``'s items; its failure is logged in full and goes on as its public form, which
+    is what the stream's error frame or event then carries."""
+    try:
+        while True:
+            try:
+                item = await anext(source)
+            except StopAsyncIteration:
+                return
+            except Exception as exc:
+                logger.error(
+                    "run_remote raised %s while streaming (request id %s)",
+                    type(exc).__name__,
+                    request_id,
+                    exc_info=exc,
+                )
+                raise ErrorDetail.from_exception(exc, chainlet).public(request_id).as_exception() from None
+            # The yield stays outside the try: what the consumer throws in is not the producer's.
+            yield item
+    finally:
+        await source.aclose()  # type: ignore[attr-defined]
+
+
+def _retry_after(exc: DependencyUnavailable) -> bytes:
+    """Seconds the dependency asked its callers to wait (1 when it did not say), rounded up."""
+    seconds = exc.retry_after if exc.retry_after is not None else 1.0
+    return str(max(1, math.ceil(seconds))).encode()
 
 
 def _passed(deadline: float | None) -> bool:

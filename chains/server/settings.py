@@ -15,7 +15,7 @@ from pathlib import Path
 
 from chains.errors import ChainsUsageError
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "DependencyAddress", "ServerSettings"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DependencyAddress", "ServerSettings", "check_api_key"]
 
 DEFAULT_MAX_BODY_BYTES = 32 * 2**20
 DEFAULT_MAX_FRAME_BYTES = 64 * 2**20
@@ -25,11 +25,40 @@ RUN_REMOTE = "/run_remote"
 _ADDRESS_KEYS = frozenset({"urls", "path", "auth"})
 _AUTH_KEYS = frozenset({"scheme", "secret"})
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*")  # an HTTP token (RFC 9110)
+_SWITCH: dict[str, bool | None] = {"": None, "1": True, "true": True, "0": False, "false": False}
 _URLS_FORMAT = (
     "CHAINS_DEPENDENCY_URLS must be a JSON object mapping each dependency to its URLs, "
     '{"Chainlet": ["http://host:port", ...]}, or to an address, {"Chainlet": {"urls": [...], '
     '"path": "/predict", "auth": {"scheme": "Api-Key", "secret": "NAME"}}}'
 )
+
+
+def check_api_key(key: str, where: str = "the API key") -> None:
+    """Refuse an API key that could not match what a caller sends.
+
+    The key travels in an HTTP header (``Authorization: Bearer KEY`` or ``X-API-Key``), which
+    holds ASCII only and whose value is read without its surrounding spaces: a key with other
+    characters would be accepted here and then never match. The message names the first
+    offending character by position, never the key itself::
+
+        >>> check_api_key("s3cr3t-k3y")
+        >>> check_api_key(" s3cr3t")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        chains.errors.ChainsUsageError: the API key has a space at position 1: ...
+    """
+    for position, char in enumerate(key, start=1):
+        if "!" <= char <= "~":
+            continue
+        if char == " ":
+            what = "a space"
+        else:
+            what = "a non-ASCII character" if ord(char) > 127 else "a control character"
+        raise ChainsUsageError(
+            f"{where} has {what} at position {position}: an API key travels in an HTTP header, so it "
+            "must be printable ASCII without spaces; make one with "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+        )
 
 
 @dataclass(frozen=True)
@@ -114,6 +143,15 @@ class ServerSettings:
     ready_file: Path | None = None  # created once the chainlet is built (for a supervisor)
     # Stubs retry exceptions their callee raised, as Truss Chains does (see StubOptions).
     retry_user_errors: bool = False
+    # Whether the entrypoint sends outside callers every hop's traceback with an error, or only
+    # its type, message and request id. None: tracebacks on the local target only, where the
+    # caller is the developer; a deployed chain's callers would read the server's file paths.
+    debug_errors: bool | None = None
+
+    @property
+    def shows_tracebacks(self) -> bool:
+        """Whether errors leave the chain with their tracebacks (see ``debug_errors``)."""
+        return self.debug_errors if self.debug_errors is not None else self.environment == "local"
 
     def __repr__(self) -> str:
         # Never print credentials: settings end up in logs and tracebacks.
@@ -150,11 +188,17 @@ class ServerSettings:
         concurrency = number("CHAINS_CONCURRENCY", None)
         max_queue = number("CHAINS_MAX_QUEUE", None)
         docs = env.get("CHAINS_DOCS")
+        api_key = env.get("CHAINS_API_KEY") or None
+        if api_key is not None:
+            check_api_key(api_key, "CHAINS_API_KEY")
+        debug_errors = env.get("CHAINS_DEBUG_ERRORS", "")
+        if debug_errors.strip().lower() not in _SWITCH:
+            raise ChainsUsageError(f"CHAINS_DEBUG_ERRORS={debug_errors!r} must be one of 1, true, 0, false")
         return cls(
             chain=env.get("CHAINS_CHAIN", "chain"),
             is_entrypoint=env.get("CHAINS_IS_ENTRYPOINT", "") in ("1", "true"),
             internal_token=env.get("CHAINS_INTERNAL_TOKEN") or None,
-            api_key=env.get("CHAINS_API_KEY") or None,
+            api_key=api_key,
             max_body_bytes=int(number("CHAINS_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES) or 0),
             max_frame_bytes=int(number("CHAINS_MAX_FRAME_BYTES", DEFAULT_MAX_FRAME_BYTES) or 0),
             concurrency=int(concurrency) if concurrency is not None else None,
@@ -169,4 +213,5 @@ class ServerSettings:
             docs=None if docs is None else docs in ("1", "true"),
             ready_file=Path(env["CHAINS_READY_FILE"]) if env.get("CHAINS_READY_FILE") else None,
             retry_user_errors=env.get("CHAINS_RETRY_USER_ERRORS", "") in ("1", "true"),
+            debug_errors=_SWITCH[debug_errors.strip().lower()],
         )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.errors import BuildFailed, ChainsRuntimeError, ChainsUsageError
 from chains.targets.wheelhouse import TargetPython, cache_dir
 
 if TYPE_CHECKING:
@@ -70,18 +70,6 @@ def _reason(exc: BaseException) -> str:
         if marker in text:
             return marker.lower()
     return text.splitlines()[0][:200] if text else type(exc).__name__
-
-
-class BuildFailed(ChainsRuntimeError):
-    """An image did not build; the message holds the last lines of its build."""
-
-    def __init__(self, chainlet: str, reason: str, tail: Sequence[str] = ()) -> None:
-        lines = "\n".join(tail)
-        super().__init__(
-            f"the image of chainlet {chainlet} did not build: {reason}"
-            + (f"\n--- last lines of its build ---\n{lines}" if lines else "")
-        )
-        self.chainlet = chainlet
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,10 @@ def call(server: ServerProcess, body: dict[str, object], timeout: float = 30) ->
 
 
 def test_value_error_three_hops_deep_keeps_its_type_and_every_hop(generated: dict[str, Path]) -> None:
-    with running(*wired(generated, "Leaf", "Mid", "Top")) as (_, _, top):
+    # Every hop's traceback reaches a caller outside the chain only in debug mode (see
+    # tests/reliability/test_errors_across_hops.py for the default, public, form).
+    debug = {"CHAINS_DEBUG_ERRORS": "1"}
+    with running(*wired(generated, "Leaf", "Mid", "Top", env=debug)) as (_, _, top):
         response = call(top, {"text": "abc", "mode": "fail"})
         assert response.status_code == 500
         detail = response.json()["error"]
