@@ -142,7 +142,11 @@ class LocalTarget:
         return state
 
     def alive(self, state: ChainState) -> bool:
-        return same_process(state.supervisor_pid, state.supervisor_identity)
+        if same_process(state.supervisor_pid, state.supervisor_identity):
+            return True
+        # A killed supervisor leaves its control socket: whoever finds it gone removes it.
+        _remove_stale_socket(chain_dir(state.chain) / "deployments" / state.deployment)
+        return False
 
     def logs(self, state: ChainState, chainlet: str | None, follow: bool, lines: int) -> Iterator[str]:
         paths = list(iter_logs(state.chain))
@@ -309,6 +313,8 @@ def _wait_ready(deploy_dir: Path, supervisor: subprocess.Popen[bytes], timeout: 
     state_file = deploy_dir / "state.json"
     state: ChainState | None = None
     while time.monotonic() < deadline:
+        if not state_file.exists() and control_socket_path(deploy_dir).exists():
+            _check_supervisor_writes(deploy_dir)
         if state_file.exists():
             state = ChainState.model_validate_json(state_file.read_text())
             failed = [p for p in state.processes if p.state == "failed"]
@@ -323,6 +329,20 @@ def _wait_ready(deploy_dir: Path, supervisor: subprocess.Popen[bytes], timeout: 
         time.sleep(0.05)
     waiting = sorted({p.chainlet for p in state.processes if p.state != "ready"}) if state else []
     raise _StartFailed(f"chainlets not ready after {timeout:.0f}s: {', '.join(waiting) or 'all'}", waiting)
+
+
+def _check_supervisor_writes(deploy_dir: Path) -> None:
+    """A supervisor that runs but cannot write its state (a full disk) fails the push clearly."""
+    try:
+        answer = control(deploy_dir, {"cmd": "state"}, timeout=5.0)
+    except (ChainsRuntimeError, OSError, ValueError):
+        return  # not listening yet
+    if answer.get("write_error"):
+        raise _StartFailed(
+            f"the supervisor cannot write the chain's state in {deploy_dir} ({answer['write_error']}): "
+            "free space there, or set CHAINS_HOME to a writable folder",
+            [],
+        )
 
 
 def _log_tails(logs: Path, offsets: Mapping[str, int], chainlets: list[str]) -> str:

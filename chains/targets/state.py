@@ -201,8 +201,7 @@ def home_error(exc: OSError, what: str) -> ChainsUsageError | None:
         return None
     where = exc.filename or chains_home()
     return ChainsUsageError(
-        f"cannot {what}: {reason} ({where}); free space there, or set CHAINS_HOME to a writable folder "
-        f"(now {chains_home()})"
+        f"cannot {what} in {where}: {reason}; free space there, or set CHAINS_HOME to a writable folder"
     )
 
 
