@@ -321,7 +321,8 @@ def _uptime(started_at: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 def status(name: str | None, as_json: bool) -> None:
     """Show every chain, or one chain's chainlets with their state, restarts and uptime."""
-    from chains.targets.state import list_chains, pid_alive, read_state
+    from chains.deploy import find_state
+    from chains.targets.state import list_chains, same_process
 
     if name is None:
         names = list_chains()
@@ -329,14 +330,18 @@ def status(name: str | None, as_json: bool) -> None:
             click.echo("no chains are running here; start one with `chains push FILE`")
             return
         for chain_name in names:
-            state = _guarded(lambda n=chain_name: read_state(n))  # type: ignore[misc]
+            try:
+                state = find_state(chain_name)
+            except ChainsError as exc:
+                click.echo(f"{chain_name}  unreadable  ({exc}); `chains stop {chain_name}` cleans up")
+                continue
             ready = sum(p.state == "ready" for p in state.processes)
             health = "running" if state.alive else "stale (supervisor gone)"
             click.echo(
                 f"{state.chain}  {health}  {ready}/{len(state.processes)} ready  {state.entrypoint_url}"
             )
         return
-    state = _guarded(lambda: read_state(name))
+    state = _guarded(lambda: find_state(name))
     if as_json:
         click.echo(state.model_dump_json(indent=2))
         return
@@ -349,7 +354,7 @@ def status(name: str | None, as_json: bool) -> None:
     rows = [("CHAINLET", "URL", "PID", "STATE", "RESTARTS", "UPTIME")]
     for p in state.processes:
         # Other targets report their processes' health in the state itself.
-        alive = p.pid is not None and pid_alive(p.pid) if state.target == "local" else p.state == "ready"
+        alive = same_process(p.pid, p.identity) if state.target == "local" else p.state == "ready"
         shown = p.state if alive or p.state in ("failed", "stopped", "restarting") else "gone"
         rows.append(
             (
@@ -374,10 +379,10 @@ def status(name: str | None, as_json: bool) -> None:
 @click.option("-n", "--lines", type=int, default=100, show_default=True, help="Lines to show per log.")
 def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
     """Print the logs of a chain's chainlets (all, or one)."""
+    from chains.deploy import find_state
     from chains.targets import running_target
-    from chains.targets.state import read_state
 
-    state = _guarded(lambda: read_state(name))
+    state = _guarded(lambda: find_state(name))
     if chainlet is not None and chainlet not in state.chainlet_names():
         _fail(
             f"error: chain {name!r} has no chainlet {chainlet!r}; it has: {', '.join(state.chainlet_names())}"
@@ -408,9 +413,9 @@ def call(
 ) -> None:
     """Call chain NAME's entrypoint and print the answer; streams print as they arrive."""
     from chains.client import CallFailed, call_entrypoint
-    from chains.targets.state import read_state
+    from chains.deploy import find_state
 
-    state = _guarded(lambda: read_state(name))
+    state = _guarded(lambda: find_state(name))
     if json_args is not None and args_file is not None:
         _fail("error: give the arguments with --json or --file, not both")
     text = Path(args_file).read_text() if args_file else (json_args or "{}")
@@ -439,5 +444,10 @@ def stop(name: str, grace: float) -> None:
     """Stop chain NAME: drain its chainlets, then stop them; nothing is left running."""
     from chains.deploy import stop_chain
 
-    state = _guarded(lambda: stop_chain(name, grace))
-    click.echo(f"stopped chain {state.chain!r} ({len(state.processes)} process(es))")
+    stopped = _guarded(lambda: stop_chain(name, grace))
+    if not stopped:
+        click.echo(f"nothing of chain {name!r} was running; removed its leftover state")
+        return
+    count = sum(len(state.processes) for state in stopped)
+    extra = f" in {len(stopped)} deployments" if len(stopped) > 1 else ""
+    click.echo(f"stopped chain {name!r} ({count} process(es){extra})")

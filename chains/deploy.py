@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import os
@@ -21,9 +22,21 @@ from chains.loader import load_chain
 from chains.server.settings import check_api_key
 from chains.stubs import StubBase, StubOptions
 from chains.targets import PushOptions, running_target
-from chains.targets.state import ChainState, forget, read_state
+from chains.targets.state import ChainState, chain_dir, chain_lock, forget, read_state
 
-__all__ = ["ChainHandle", "collect_secrets", "parse_dotenv", "push", "push_chain", "stop_chain"]
+__all__ = [
+    "ChainHandle",
+    "collect_secrets",
+    "find_state",
+    "parse_dotenv",
+    "push",
+    "push_chain",
+    "stop_chain",
+]
+
+# How long a push or stop waits for another push or stop of the same chain to finish.
+LOCK_WAIT_ENV = "CHAINS_LOCK_WAIT_SEC"
+_LOCK_WAIT_SEC = 180.0
 
 
 def parse_dotenv(text: str, origin: str = "secrets file") -> dict[str, str]:
@@ -150,7 +163,8 @@ def push_chain(
         check_api_key(options.api_key)
     runner = running_target(target)
     options = dataclasses.replace(options, secrets=collect_secrets(chain, options.secrets))
-    state = runner.push(chain, source_file, options)
+    with _locked(chain.name):
+        state = runner.push(chain, source_file, options)
     return ChainHandle(
         name=chain.name,
         target=target,
@@ -162,15 +176,68 @@ def push_chain(
     )
 
 
-def stop_chain(name: str, grace: float = 15.0) -> ChainState:
+def stop_chain(name: str, grace: float = 15.0) -> list[ChainState]:
     """Stop chain ``name`` on whatever target runs it, and forget it (its logs stay).
 
-    Works on stale state too: whatever of it still runs is stopped.
+    Works on stale state too: whatever of it still runs is stopped. A local deployment the
+    state file lost track of (a truncated or deleted file) is found from its folder and
+    stopped as well. Returns what was stopped: empty when nothing of the chain ran.
     """
-    state = read_state(name)
-    running_target(state.target).stop(state, grace)
-    forget(name)
-    return state
+    try:
+        state: ChainState | None = read_state(name)
+    except ChainsUsageError:
+        if not chain_dir(name).is_dir():
+            raise
+        state = None
+    with _locked(name):
+        if state is not None:
+            state = _reread(name, state)
+        strays = [s for s in _local_deployments(name) if state is None or s.deployment != state.deployment]
+        if state is None and not strays and not _has_state(name):
+            read_state(name)  # nothing of the chain here: the usual error
+        stopped = [*([state] if state is not None else []), *strays]
+        for one in stopped:
+            running_target(one.target).stop(one, grace)
+        forget(name)
+    return stopped
+
+
+def find_state(name: str) -> ChainState:
+    """The state of chain ``name``; when its state file is lost (truncated, deleted), the
+    state of its newest local deployment that still runs, asked of its supervisor."""
+    try:
+        return read_state(name)
+    except ChainsUsageError:
+        found = _local_deployments(name)
+        if not found:
+            raise
+        return found[-1]
+
+
+def _reread(name: str, state: ChainState) -> ChainState:
+    # A push may have finished while this stop waited for the lock.
+    try:
+        return read_state(name)
+    except ChainsUsageError:
+        return state
+
+
+def _has_state(name: str) -> bool:
+    folder = chain_dir(name)
+    deployments = folder / "deployments"
+    link = folder / "state.json"
+    return link.is_symlink() or link.exists() or (deployments.is_dir() and any(deployments.iterdir()))
+
+
+def _local_deployments(name: str) -> list[ChainState]:
+    from chains.targets.local import running_deployments  # the local target's own lookup
+
+    return running_deployments(name)
+
+
+def _locked(name: str) -> contextlib.AbstractContextManager[None]:
+    """One push or stop of chain ``name`` at a time (across processes)."""
+    return chain_lock(name, float(os.environ.get(LOCK_WAIT_ENV) or _LOCK_WAIT_SEC))
 
 
 # Truss Chains' push() parameters after the chain name, in their order; Baseten-only here.

@@ -1,5 +1,7 @@
 """``chains push --watch``: redeploy what changed whenever the chain's source changes.
 
+It ends on Ctrl-C, SIGTERM or SIGHUP (the terminal closing) and stops the chain it started.
+
 Each change is checked and generated in a fresh interpreter (so edits to modules the chain
 file imports are seen too). A chain that fails its checks keeps the running version. Only
 chainlets whose generated code changed are replaced, new process before old, on the same
@@ -8,7 +10,9 @@ port, so calls keep being answered.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -17,9 +21,9 @@ from pathlib import Path
 import click
 
 from chains.checks import Chain
-from chains.deploy import stop_chain
+from chains.deploy import find_state, stop_chain
 from chains.targets.local import control
-from chains.targets.state import chain_dir, read_state
+from chains.targets.state import chain_dir
 
 __all__ = ["snapshot", "watch"]
 
@@ -57,7 +61,7 @@ def _topology(descriptors: dict[str, dict[str, object]]) -> object:
 
 def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: int) -> str:
     """Check and generate ``file`` again and replace the chainlets whose code changed."""
-    state = read_state(chain_name)
+    state = find_state(chain_name)
     deploy_dir = chain_dir(chain_name) / "deployments" / state.deployment
     out = deploy_dir / f"generated-{generation}"
     command = [sys.executable, "-m", "chains", "generate", str(file), "--out", str(out)]
@@ -109,13 +113,23 @@ def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: in
     return f"replaced {', '.join(dict.fromkeys(order))}"
 
 
+class _Hangup(Exception):
+    """SIGHUP or SIGTERM arrived: the terminal closed, or someone asked the watch to end."""
+
+
+def _hang_up(signum: int, frame: object) -> None:
+    raise _Hangup(signal.Signals(signum).name)
+
+
 def watch(file: Path, chain: Chain, *, entrypoint: str | None = None) -> None:
-    """Watch the chain's folder until Ctrl-C, then stop the chain."""
+    """Watch the chain's folder until Ctrl-C, SIGTERM or SIGHUP (its terminal closing), then
+    stop the chain: nothing it started outlives it."""
     folder = file.resolve().parent
     before = snapshot(folder)
     generation = 0
-    click.echo(f"watching {folder} for changes (Ctrl-C stops the chain)")
+    previous = {sig: signal.signal(sig, _hang_up) for sig in (signal.SIGHUP, signal.SIGTERM)}
     try:
+        click.echo(f"watching {folder} for changes (Ctrl-C stops the chain)")
         while True:
             time.sleep(0.3)
             now = snapshot(folder)
@@ -125,6 +139,13 @@ def watch(file: Path, chain: Chain, *, entrypoint: str | None = None) -> None:
             before = snapshot(folder)
             generation += 1
             click.echo(f"[watch] change seen: {redeploy(file, chain.name, entrypoint, generation)}")
-    except KeyboardInterrupt:
-        click.echo("stopping the chain")
+    except (KeyboardInterrupt, _Hangup):
+        # A second signal must not cut the stop short.
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+        with contextlib.suppress(OSError):  # the terminal may be gone with the hang-up
+            click.echo("stopping the chain")
         stop_chain(chain.name)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

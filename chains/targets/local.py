@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -12,9 +13,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
 from pathlib import Path
+from typing import TypeVar
 
 from chains.checks import Chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError
@@ -26,17 +28,21 @@ from chains.targets.state import (
     chain_dir,
     current_state,
     forget,
+    home_error,
     iter_logs,
     make_current,
     new_deployment_dir,
-    pid_alive,
+    process_identity,
+    same_process,
     write_private,
 )
-from chains.targets.supervisor import control_socket_path
+from chains.targets.supervisor import PID_FILE, control_socket_path
 
-__all__ = ["LocalTarget", "control", "follow_files"]
+__all__ = ["LocalTarget", "control", "follow_files", "running_deployments"]
 
 _LOG_TAIL_LINES = 30
+
+T = TypeVar("T")
 
 
 class LocalTarget:
@@ -51,14 +57,42 @@ class LocalTarget:
         The new deployment becomes current only once it is ready, then the previous one
         (if any) is stopped: callers of the entrypoint see no gap.
         """
+        home = chain_dir(chain.name)
+        # What runs now: the current deployment, and any other that still runs though the
+        # state file lost track of it (truncated or deleted): all are replaced by this push.
+        previous = current_state(chain.name)
+        others = [
+            s
+            for s in running_deployments(chain.name)
+            if previous is None or s.deployment != previous.deployment
+        ]
+        if previous is None and others:
+            previous = others.pop()
+        deploy_dir = _writing(lambda: new_deployment_dir(chain.name), "create the deployment folder")
+        try:
+            state = self._start(chain, source_file, options, home, deploy_dir, previous)
+        except BaseException:
+            shutil.rmtree(deploy_dir, ignore_errors=True)
+            raise
+        for old in [*([previous] if previous is not None else []), *others]:
+            running_target(old.target).stop(old, grace=15.0)
+        forget(chain.name, keep=deploy_dir.name)
+        return state
+
+    def _start(
+        self,
+        chain: Chain,
+        source_file: Path,
+        options: PushOptions,
+        home: Path,
+        deploy_dir: Path,
+        previous: ChainState | None,
+    ) -> ChainState:
         from codegen import generate  # the generator is only needed when pushing
 
-        home = chain_dir(chain.name)
-        deploy_dir = new_deployment_dir(chain.name)
         generated_dir = deploy_dir / "generated"
-        result = generate(chain, source_file, generated_dir)
+        result = _writing(lambda: generate(chain, source_file, generated_dir), "write the generated code")
         versions = {name: c.code_version for name, c in result.chainlets.items()}
-        previous = current_state(chain.name)
         entry_port, entry_socket_from = _entry_port(chain.name, options.entry_port, previous)
         token = secrets.token_urlsafe(32)
         deployment = Deployment(
@@ -82,25 +116,33 @@ class LocalTarget:
                 for spec in chain.chainlets
             ],
         )
-        write_private(deploy_dir / "deployment.json", deployment.model_dump_json(indent=2))
         logs = home / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        offsets = {p.name: p.stat().st_size for p in logs.glob("*.log")}
-        supervisor = self._start_supervisor(deploy_dir)
+
+        def prepare() -> subprocess.Popen[bytes]:
+            write_private(deploy_dir / "deployment.json", deployment.model_dump_json(indent=2))
+            logs.mkdir(parents=True, exist_ok=True)
+            return self._start_supervisor(deploy_dir)
+
+        offsets = {p.name: p.stat().st_size for p in logs.glob("*.log")} if logs.is_dir() else {}
+        supervisor = _writing(prepare, "write the deployment")
         try:
             state = _wait_ready(deploy_dir, supervisor, options.timeout)
-        except _StartFailed as exc:
-            _terminate(supervisor.pid, grace=5)
-            shutil.rmtree(deploy_dir, ignore_errors=True)
-            raise ChainsRuntimeError(f"{exc}{_log_tails(logs, offsets, exc.chainlets)}") from None
-        make_current(chain.name, deploy_dir)
-        if previous is not None:
-            running_target(previous.target).stop(previous, grace=15.0)
-            forget(chain.name, keep=deploy_dir.name)
+            _writing(lambda: make_current(chain.name, deploy_dir), "record the chain's state")
+        except BaseException as exc:
+            _terminate(supervisor.pid, 5.0, process_identity(supervisor.pid))
+            supervisor.wait()
+            if isinstance(exc, _StartFailed):
+                tails = _log_tails(logs, offsets, exc.chainlets)
+                raise ChainsRuntimeError(f"{exc}{tails}") from None
+            raise
         return state
 
     def alive(self, state: ChainState) -> bool:
-        return pid_alive(state.supervisor_pid)
+        if same_process(state.supervisor_pid, state.supervisor_identity):
+            return True
+        # A killed supervisor leaves its control socket: whoever finds it gone removes it.
+        _remove_stale_socket(chain_dir(state.chain) / "deployments" / state.deployment)
+        return False
 
     def logs(self, state: ChainState, chainlet: str | None, follow: bool, lines: int) -> Iterator[str]:
         paths = list(iter_logs(state.chain))
@@ -109,11 +151,16 @@ class LocalTarget:
         return follow_files(paths, lines, follow)
 
     def stop(self, state: ChainState, grace: float) -> None:
-        """Stop one deployment: its supervisor drains the chainlets; stragglers are killed."""
-        _terminate(state.supervisor_pid, grace)
+        """Stop one deployment: its supervisor drains the chainlets; stragglers are killed.
+
+        Every pid is checked to be the process the state recorded before it is signalled: a
+        pid the system gave to another process since is left alone.
+        """
+        _terminate(state.supervisor_pid, grace, state.supervisor_identity)
         for process in state.processes:
-            if process.pid and pid_alive(process.pid):
-                _terminate(process.pid, 1.0)
+            if process.pid:
+                _terminate(process.pid, 1.0, process.identity)
+        _remove_stale_socket(chain_dir(state.chain) / "deployments" / state.deployment)
 
     def _start_supervisor(self, deploy_dir: Path) -> subprocess.Popen[bytes]:
         log = open(deploy_dir / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
@@ -129,6 +176,91 @@ class LocalTarget:
             )
         finally:
             log.close()
+
+
+def _writing(action: Callable[[], T], what: str) -> T:
+    """Run ``action``; a state folder that cannot be written becomes a clear error."""
+    try:
+        return action()
+    except OSError as exc:
+        error = home_error(exc, what)
+        if error is None:
+            raise
+        raise error from None
+
+
+def running_deployments(name: str) -> list[ChainState]:
+    """Every deployment of chain ``name`` whose supervisor still runs, oldest first, found
+    from the deployment folders, not the chain's state file (which may be lost): each
+    supervisor is asked over its control socket, else found by its state or pid file."""
+    deployments = chain_dir(name) / "deployments"
+    if not deployments.is_dir():
+        return []
+    found = []
+    for folder in sorted(deployments.iterdir()):
+        state = _live_state(folder)
+        if state is not None:
+            found.append(state)
+    return found
+
+
+def _live_state(folder: Path) -> ChainState | None:
+    if not (folder / "deployment.json").exists() and not (folder / PID_FILE).exists():
+        return None  # not a local deployment (or not started)
+    try:
+        answer = control(folder, {"cmd": "state"}, timeout=10.0)
+        if answer.get("ok"):
+            return ChainState.model_validate(answer["state"])
+    except (ChainsRuntimeError, OSError, ValueError):
+        _remove_stale_socket(folder)
+    with contextlib.suppress(OSError, ValueError):
+        state = ChainState.model_validate_json((folder / "state.json").read_text())
+        if same_process(state.supervisor_pid, state.supervisor_identity):
+            return state
+    try:
+        recorded = json.loads((folder / PID_FILE).read_text())
+        pid, identity = int(recorded["pid"]), recorded.get("identity")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if identity is None or not same_process(pid, identity):
+        return None
+    # The supervisor runs but says nothing of its chainlets: stopping it stops them.
+    with contextlib.suppress(OSError, ValueError):
+        deployment = Deployment.model_validate_json((folder / "deployment.json").read_text())
+        return ChainState(
+            chain=deployment.chain,
+            deployment=folder.name,
+            source=deployment.source,
+            entrypoint=deployment.entrypoint,
+            entrypoint_url="",
+            supervisor_pid=pid,
+            supervisor_identity=identity,
+            processes=[],
+        )
+    return ChainState(
+        chain=folder.parent.parent.name,
+        deployment=folder.name,
+        entrypoint="",
+        entrypoint_url="",
+        supervisor_pid=pid,
+        supervisor_identity=identity,
+        processes=[],
+    )
+
+
+def _remove_stale_socket(folder: Path) -> None:
+    """Remove the control socket of a deployment whose supervisor is gone (killed, it could
+    not remove it): one that no process listens on."""
+    path = control_socket_path(folder)
+    if not path.exists():
+        return
+    with closing(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)) as sock:
+        try:
+            sock.connect(str(path))
+        except ConnectionRefusedError:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def _environment(chain: Chain, name: str, token: str, options: PushOptions) -> dict[str, str]:
@@ -164,7 +296,7 @@ def _entry_port(name: str, asked: int | None, previous: ChainState | None) -> tu
     that not one connection is refused or reset while both run. After the previous
     deployment died, its port is bound anew when nothing else took it meanwhile.
     """
-    if previous is None or previous.target != "local":
+    if previous is None or previous.target != "local" or not previous.entrypoint_url:
         if asked is not None:
             _check_port_free(asked, previous)
         return asked, None
@@ -206,6 +338,8 @@ def _wait_ready(deploy_dir: Path, supervisor: subprocess.Popen[bytes], timeout: 
     state_file = deploy_dir / "state.json"
     state: ChainState | None = None
     while time.monotonic() < deadline:
+        if not state_file.exists() and control_socket_path(deploy_dir).exists():
+            _check_supervisor_writes(deploy_dir)
         if state_file.exists():
             state = ChainState.model_validate_json(state_file.read_text())
             failed = [p for p in state.processes if p.state == "failed"]
@@ -222,6 +356,20 @@ def _wait_ready(deploy_dir: Path, supervisor: subprocess.Popen[bytes], timeout: 
     raise _StartFailed(f"chainlets not ready after {timeout:.0f}s: {', '.join(waiting) or 'all'}", waiting)
 
 
+def _check_supervisor_writes(deploy_dir: Path) -> None:
+    """A supervisor that runs but cannot write its state (a full disk) fails the push clearly."""
+    try:
+        answer = control(deploy_dir, {"cmd": "state"}, timeout=5.0)
+    except (ChainsRuntimeError, OSError, ValueError):
+        return  # not listening yet
+    if answer.get("write_error"):
+        raise _StartFailed(
+            f"the supervisor cannot write the chain's state in {deploy_dir} ({answer['write_error']}): "
+            "free space there, or set CHAINS_HOME to a writable folder",
+            [],
+        )
+
+
 def _log_tails(logs: Path, offsets: Mapping[str, int], chainlets: list[str]) -> str:
     parts = []
     for path in sorted(logs.glob("*.log")):
@@ -235,20 +383,47 @@ def _log_tails(logs: Path, offsets: Mapping[str, int], chainlets: list[str]) -> 
     return "".join(parts)
 
 
-def _terminate(pid: int, grace: float) -> bool:
-    """SIGTERM ``pid``, then SIGKILL after ``grace`` seconds; True when it is gone."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
+def _terminate(pid: int, grace: float, identity: str | None) -> bool:
+    """SIGTERM ``pid``, then SIGKILL after ``grace`` seconds; True when it is gone.
+
+    Only while ``pid`` is still the process with ``identity``: another process that got the
+    pid since is never signalled.
+    """
+    if not _signal(pid, identity, signal.SIGTERM):
         return True
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        if not pid_alive(pid):
+        if not same_process(pid, identity):
             return True
         time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    _signal(pid, identity, signal.SIGKILL)
     return False
+
+
+def _signal(pid: int, identity: str | None, sig: signal.Signals) -> bool:
+    """Send ``sig`` to ``pid`` if it is the process with ``identity``; False when it is not
+    (gone, or another process). Through a pidfd where there is one, so that the pid checked
+    is the pid signalled."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except (AttributeError, OSError):
+        pidfd = -1
+    try:
+        if not same_process(pid, identity):
+            return False
+        try:
+            if pidfd >= 0:
+                signal.pidfd_send_signal(pidfd, sig)
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 def follow_files(paths: list[Path], lines: int, follow: bool) -> Iterator[str]:
@@ -283,6 +458,8 @@ def control(deploy_dir: Path, command: Mapping[str, object], timeout: float = 12
         try:
             sock.connect(str(path))
         except OSError as exc:
+            if isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED:
+                _remove_stale_socket(deploy_dir)
             raise ChainsRuntimeError(f"the supervisor of {deploy_dir.name} does not answer: {exc}") from None
         sock.sendall(json.dumps(command).encode() + b"\n")
         data = b""

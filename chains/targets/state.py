@@ -4,15 +4,20 @@ Layout of one chain::
 
     .chains/<name>/
         state.json      -> the active deployment's state (a symlink, swapped atomically)
+        push.lock       held (flock) by the push or stop of the chain running now; holds its pid
         logs/<chainlet>[-<replica>].log
         deployments/<id>/
             deployment.json   what to run (with the chain token: readable by the owner only)
             state.json        what runs: pids, ports, URLs, restarts (written by the supervisor)
+            supervisor.pid    the supervisor's pid and identity, to find it when state.json is lost
             generated/        the generated code of every chainlet
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import secrets
@@ -27,19 +32,24 @@ import pydantic
 from chains.errors import ChainsUsageError
 
 __all__ = [
+    "MAX_NAME_LENGTH",
     "ChainState",
     "ChainletProcess",
     "Deployment",
     "DeploymentChainlet",
     "chain_dir",
+    "chain_lock",
     "chains_home",
     "current_state",
     "forget",
+    "home_error",
     "list_chains",
     "make_current",
     "new_deployment_dir",
     "pid_alive",
+    "process_identity",
     "read_state",
+    "same_process",
     "write_private",
 ]
 
@@ -51,7 +61,19 @@ def chains_home() -> Path:
     return Path(os.environ.get("CHAINS_HOME") or ".chains").absolute()
 
 
+# Well under a file name's 255 bytes, with room for what is added to it (log and lock names).
+MAX_NAME_LENGTH = 63
+
+
 def chain_dir(name: str) -> Path:
+    """The chain's folder; a clear error for a name no folder can have."""
+    if len(name) > MAX_NAME_LENGTH:
+        raise ChainsUsageError(
+            f"the chain name {name[:20]}... is {len(name)} characters long; at most {MAX_NAME_LENGTH} "
+            "are allowed: pick a shorter --name"
+        )
+    if not name or "/" in name or name in (".", ".."):
+        raise ChainsUsageError(f"{name!r} is not a chain name: use letters, digits, '_' and '-'")
     return chains_home() / name
 
 
@@ -93,6 +115,7 @@ class ChainletProcess(pydantic.BaseModel):
     port: int
     url: str
     pid: int | None = None
+    identity: str | None = None  # see process_identity(): which process ``pid`` was
     state: ProcessState = "starting"
     restarts: int = 0
     started_at: float = 0.0
@@ -115,6 +138,7 @@ class ChainState(pydantic.BaseModel):
     entrypoint_kind: str = "unary"
     entrypoint_url: str
     supervisor_pid: int = 0  # local target
+    supervisor_identity: str | None = None  # local target: see process_identity()
     base_image: str | None = None  # docker target: the default base image, for --watch's re-pushes
     processes: list[ChainletProcess]
     updated_at: float = pydantic.Field(default_factory=time.time)
@@ -138,13 +162,50 @@ class ChainState(pydantic.BaseModel):
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write ``text`` atomically to ``path``, readable and writable by the owner only."""
+    """Write ``text`` to ``path``, readable and writable by the owner only, atomically: the
+    file holds the old text or the new, whole and on disk, even across a crash or a full disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _sync_dir(path.parent)
+
+
+def _sync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def home_error(exc: OSError, what: str) -> ChainsUsageError | None:
+    """A clear error for a state folder that cannot be written (full, read-only, not ours),
+    or None when ``exc`` is another kind of failure."""
+    reasons = {
+        errno.ENOSPC: "the disk is full",
+        errno.EDQUOT: "the disk quota is used up",
+        errno.EROFS: "it is on a read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+    }
+    reason = reasons.get(exc.errno or 0)
+    if reason is None:
+        return None
+    where = exc.filename or chains_home()
+    return ChainsUsageError(
+        f"cannot {what} in {where}: {reason}; free space there, or set CHAINS_HOME to a writable folder"
+    )
 
 
 def read_state(name: str) -> ChainState:
@@ -163,10 +224,52 @@ def read_state(name: str) -> ChainState:
 
 
 def list_chains() -> list[str]:
+    """The chains with a state file, or with deployment folders (whose state may be lost)."""
     home = chains_home()
     if not home.is_dir():
         return []
-    return sorted(p.name for p in home.iterdir() if (p / "state.json").exists())
+    found = []
+    for folder in home.iterdir():
+        deployments = folder / "deployments"
+        has_deployments = deployments.is_dir() and any(deployments.iterdir())
+        if (folder / "state.json").is_symlink() or (folder / "state.json").exists() or has_deployments:
+            found.append(folder.name)
+    return sorted(found)
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def process_identity(pid: int | None) -> str | None:
+    """Which process ``pid`` is: the boot and the start time (in clock ticks since boot, field
+    22 of ``/proc/PID/stat``). A pid reused by another process has another start time; None
+    when there is no such process (or no ``/proc``)."""
+    if not pid:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # fields[0] is field 3 (the state): field 22 is fields[19].
+    return f"{_boot_id()}:{fields[19]}"
+
+
+def same_process(pid: int | None, identity: str | None) -> bool:
+    """Whether ``pid`` is alive and still the process recorded with ``identity``.
+
+    A state written before identities were recorded has none: then liveness is all there is.
+    """
+    if not pid_alive(pid):
+        return False
+    if identity is None:
+        return True
+    return process_identity(pid) == identity
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -209,7 +312,55 @@ def make_current(name: str, deploy_dir: Path) -> None:
     tmp = home / f".state.json.{os.getpid()}"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(deploy_dir.relative_to(home) / "state.json")
-    os.replace(tmp, link)
+    try:
+        os.replace(tmp, link)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _sync_dir(home)
+
+
+@contextlib.contextmanager
+def chain_lock(name: str, wait: float) -> Iterator[None]:
+    """Hold chain ``name``'s lock: one push or stop of a chain at a time.
+
+    Waits up to ``wait`` seconds for another holder; then a clear error naming its pid. The
+    lock is the kernel's (``flock``), so a holder that dies releases it.
+    """
+    path = chain_dir(name) / "push.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        error = home_error(exc, f"lock chain {name!r}")
+        if error is None:
+            raise
+        raise error from None
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                    raise ChainsUsageError(
+                        f"another push or stop of chain {name!r} (pid {holder}) still runs after "
+                        f"{wait:.0f}s of waiting; wait for it to finish, or stop that process"
+                    ) from None
+                time.sleep(0.1)
+        with contextlib.suppress(OSError):  # the pid only informs a waiting push; a full disk may refuse it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def forget(name: str, keep: str | None = None) -> None:

@@ -4,14 +4,19 @@ It owns every chainlet's listening socket and hands it to the chainlet process, 
 restarted (or replaced) process serves the same port and calls made in between wait in the
 socket's backlog instead of being refused. It restarts crashed chainlets with backoff,
 gives up on one that keeps crashing, records what runs in ``state.json``, and takes
-commands (``replace``, ``stop``, and ``entry_socket``, which hands the entrypoint's listening
-socket to the deployment replacing this one) on a unix socket.
+commands (``replace``, ``stop``, ``state``, and ``entry_socket``, which hands the entrypoint's
+listening socket to the deployment replacing this one) on a unix socket.
+
+Its chainlets die with it, even when it is killed with SIGKILL (``PR_SET_PDEATHSIG``): no
+chainlet outlives the process that the chain's state names. A state file it cannot write (a
+full disk) is logged and retried at the next change; it never stops the supervising.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import hashlib
 import json
 import os
@@ -22,14 +27,24 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from chains.errors import ChainsRuntimeError
-from chains.targets.state import ChainletProcess, ChainState, Deployment, DeploymentChainlet, write_private
+from chains.targets.state import (
+    ChainletProcess,
+    ChainState,
+    Deployment,
+    DeploymentChainlet,
+    process_identity,
+    write_private,
+)
 
-__all__ = ["Supervisor", "control_socket_path", "main"]
+__all__ = ["PID_FILE", "Supervisor", "control_socket_path", "main"]
+
+PID_FILE = "supervisor.pid"
 
 
 def control_socket_path(deploy_dir: Path) -> Path:
@@ -61,6 +76,28 @@ MAX_RESTARTS_IN_WINDOW = 5
 _POLL_SEC = 0.05
 # The control command that answers with the entrypoint's listening socket (SCM_RIGHTS).
 ENTRY_SOCKET_COMMAND = "entry_socket"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """What a child runs before ``exec`` so that the kernel kills it when ``parent`` dies.
+
+    The signal follows the death of the thread that forked the child, so children are
+    spawned from the main thread only (the event loop's). The check of ``getppid`` closes
+    the window in which the parent died before the request was made. None where ``prctl``
+    does not exist (not Linux).
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in the child
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
 
 
 @dataclass
@@ -90,6 +127,10 @@ class Supervisor:
         self.run_dir.mkdir(exist_ok=True)
         self._spawned = 0
         self._ready_files: dict[int, Path] = {}
+        self._identities: dict[int, str | None] = {}
+        self._preexec = _die_with(os.getpid())
+        self.identity = process_identity(os.getpid())
+        self.write_error: str | None = None  # why the last state write failed, until one succeeds
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -197,10 +238,13 @@ class Supervisor:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(fd,),
+                preexec_fn=self._preexec,
             )
         finally:
             log.close()
         self._ready_files[process.pid] = ready_file
+        # Read while the child is ours and unreaped, so the pid cannot name another process yet.
+        self._identities[process.pid] = process_identity(process.pid)
         return process
 
     def _is_ready(self, process: subprocess.Popen[bytes]) -> bool:
@@ -293,8 +337,11 @@ class Supervisor:
 
     def _log(self, replica: _Replica, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        with open(replica.log_path, "a") as log:
-            log.write(f"{stamp} SUPERVISOR {replica.spec.name}: {message}\n")
+        try:
+            with open(replica.log_path, "a") as log:
+                log.write(f"{stamp} SUPERVISOR {replica.spec.name}: {message}\n")
+        except OSError as exc:  # a full disk: say it where it may still get through
+            _say(f"{replica.spec.name}: {message} (not written to {replica.log_path}: {exc})")
 
     async def replace(self, chainlet: str, directory: str, code_version: str, timeout: float) -> None:
         """Start new processes of ``chainlet`` from ``directory`` on the same sockets; once
@@ -332,6 +379,9 @@ class Supervisor:
 
     def state(self) -> ChainState:
         entry = next(r for r in self.replicas if r.spec.is_entrypoint)
+        for replica in self.replicas:
+            pid = replica.record.pid
+            replica.record.identity = self._identities.get(pid) if pid else None
         return ChainState(
             chain=self.deployment.chain,
             deployment=self.deployment.id,
@@ -341,12 +391,32 @@ class Supervisor:
             entrypoint_kind=self.deployment.entrypoint_kind,
             entrypoint_url=entry.record.url,
             supervisor_pid=os.getpid(),
+            supervisor_identity=self.identity,
             processes=[r.record for r in self.replicas],
             stopping=self.stopping,
         )
 
     def write_state(self) -> None:
-        write_private(self.directory / "state.json", self.state().model_dump_json(indent=2))
+        """Record what runs. A failed write (a full disk) is logged once and retried at the
+        next change; the control socket's ``state`` answers meanwhile."""
+        try:
+            write_private(self.directory / "state.json", self.state().model_dump_json(indent=2))
+        except OSError as exc:
+            if self.write_error is None:
+                _say(f"cannot write the state file ({exc}); supervising on, retrying at the next change")
+            self.write_error = str(exc)
+            return
+        if self.write_error is not None:
+            _say("the state file is written again")
+            self.write_error = None
+
+    def write_pid_file(self) -> None:
+        """Who supervises this deployment, for ``chains stop`` when the state file is lost."""
+        text = json.dumps({"pid": os.getpid(), "identity": self.identity})
+        try:
+            write_private(self.directory / PID_FILE, text)
+        except OSError as exc:
+            _say(f"cannot write {PID_FILE} ({exc}); the control socket still finds this supervisor")
 
     # -- control -----------------------------------------------------------------------------
 
@@ -370,7 +440,11 @@ class Supervisor:
                 asyncio.get_running_loop().call_soon(self.request_stop)
                 answer = {"ok": True}
             elif command == "state":
-                answer = {"ok": True, "state": self.state().model_dump(mode="json")}
+                answer = {
+                    "ok": True,
+                    "state": self.state().model_dump(mode="json"),
+                    "write_error": self.write_error,
+                }
             else:
                 answer = {"ok": False, "error": f"unknown command {command!r}"}
         except Exception as exc:
@@ -420,9 +494,10 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         control_path = control_socket_path(self.directory)
-        control_path.unlink(missing_ok=True)
+        control_path.unlink(missing_ok=True)  # left by a supervisor of this folder that was killed
         server = await asyncio.start_unix_server(self._control, path=str(control_path))
         os.chmod(control_path, 0o600)
+        self.write_pid_file()
         self.open_sockets()
         for replica in self.replicas:
             self.start(replica)
@@ -437,6 +512,13 @@ class Supervisor:
             server.close()
             await self._shutdown()
             control_path.unlink(missing_ok=True)
+
+
+def _say(message: str) -> None:
+    """A line to the supervisor's own log, which a full disk may refuse too."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    with contextlib.suppress(OSError):
+        os.write(2, f"{stamp} supervisor: {message}\n".encode())
 
 
 def main(argv: list[str] | None = None) -> None:
