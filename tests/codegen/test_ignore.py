@@ -277,3 +277,22 @@ def test_exports_skip_state_virtualenvs_and_vcs(
     for chain_file in sources:
         copied = sorted(p.relative_to(chain_file.parent).as_posix() for p in chain_file.parent.rglob("*"))
         assert copied == ["chain.py", "helpers", "helpers/util.py"], chain_file
+
+
+def test_watch_sees_changes_to_the_source_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`chains push --watch` reloads on what a push copies: writes to a state folder inside the
+    chain's folder (its logs, each reload's generated code) or a virtualenv do not trigger it."""
+    from chains.watch import snapshot
+
+    folder = tmp_path / "project"
+    _write(folder, "chain.py", "state/hello/logs/Greeter.log", "notes.log")
+    _make_venv(folder / "tools")
+    (folder / ".chainsignore").write_text("*.log\n")
+    monkeypatch.setenv("CHAINS_HOME", str(folder / "state"))
+    before = snapshot(folder)
+    assert sorted(Path(p).name for p in before) == [".chainsignore", "chain.py"]
+    _write(folder, "state/hello/logs/Greeter.log", "state/hello/deployments/1/generated-1/x.py", "notes.log")
+    _write(folder, "tools/lib/python3.11/site-packages/new.py")
+    assert snapshot(folder) == before
+    _write(folder, "helpers/util.py")
+    assert snapshot(folder) != before
