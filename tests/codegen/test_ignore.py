@@ -149,7 +149,8 @@ def test_the_state_folder_inside_the_source_is_never_copied_whatever_its_name(
     out = generate_in(folder, folder / "chain.py", "build")
     src = out.chainlets["Greeter"].directory / "src"
     assert sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file()) == ["chain.py"]
-    # Relative, as a user sets it, from the folder the command runs in.
+    # Relative, as a user sets it, from the folder the command runs in; and build/, the
+    # chainlets generated above, is no source for the next push either.
     monkeypatch.setenv("CHAINS_HOME", "deploy-state")
     with contextlib.chdir(folder):
         assert [rel for rel, _ in source_files(folder)] == ["chain.py"]
@@ -166,13 +167,13 @@ def test_a_push_tags_its_state_folder_so_another_home_skips_it(
     _write(tmp_path / "project", "chain.py")
     # Later, from a shell whose CHAINS_HOME is another folder: the first one is still not source.
     monkeypatch.setenv("CHAINS_HOME", str(tmp_path / "state-b"))
-    assert never_source(tmp_path / "project" / "state-a") is not None
+    assert never_source(tmp_path / "project" / "state-a")
     assert [rel for rel, _ in source_files(tmp_path / "project")] == ["chain.py"]
     # A state folder holding the source (CHAINS_HOME=.): each chain's folder in it is tagged,
     # the user's own folder is not (backup tools would skip it).
     monkeypatch.setenv("CHAINS_HOME", str(tmp_path / "project"))
     new_deployment_dir("hello")
-    assert never_source(tmp_path / "project" / "hello") is not None
+    assert never_source(tmp_path / "project" / "hello")
     assert not (tmp_path / "project" / "CACHEDIR.TAG").exists()
     assert [rel for rel, _ in source_files(tmp_path / "project")] == ["chain.py"]
 
