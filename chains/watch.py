@@ -27,16 +27,19 @@ from chains.targets.state import chain_dir
 
 __all__ = ["snapshot", "watch"]
 
-_SKIP_DIRS = {"__pycache__", ".git", ".venv", ".chains", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
-
 
 def snapshot(folder: Path) -> dict[str, float]:
-    """Modification times of the files under ``folder`` that make up the chain's source."""
+    """Modification times of the files under ``folder`` that make up the chain's source: the
+    files a push copies, so that the state folder (whose logs change all the time, and where
+    each reload writes) or a virtualenv inside the folder never triggers a reload."""
+    from codegen.ignore import source_files
+
     times: dict[str, float] = {}
-    for path in folder.rglob("*"):
-        if any(part in _SKIP_DIRS for part in path.relative_to(folder).parts) or not path.is_file():
+    for _, path in source_files(folder):
+        try:
+            times[str(path)] = path.stat().st_mtime
+        except FileNotFoundError:  # removed meanwhile: the next snapshot sees it gone
             continue
-        times[str(path)] = path.stat().st_mtime
     return times
 
 

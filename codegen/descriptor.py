@@ -13,7 +13,9 @@ from chains.checks import Chain, ChainletSpec
 from chains.stream_codecs import shape_of
 from codegen.layout import GENERATOR_VERSION
 
-__all__ = ["chainlet_descriptor", "descriptor_text", "read_descriptor"]
+__all__ = ["DESCRIPTOR", "chainlet_descriptor", "descriptor_text", "read_descriptor"]
+
+DESCRIPTOR = "chainlet.json"
 
 
 def chainlet_descriptor(

@@ -21,8 +21,8 @@ import jinja2
 
 from chains.checks import Chain, ChainletSpec
 from chains.errors import ChainsUsageError
-from codegen.descriptor import chainlet_descriptor, descriptor_text, read_descriptor
-from codegen.ignore import source_files
+from codegen.descriptor import DESCRIPTOR, chainlet_descriptor, descriptor_text, read_descriptor
+from codegen.ignore import check_source_size, max_source_bytes, source_files
 from codegen.imports import Imports
 from codegen.layout import STUBS_PACKAGE, header, stub_class_name, stub_module_name
 from codegen.pysource import bracketed
@@ -33,7 +33,6 @@ __all__ = ["DEFAULT_BASE_IMAGE", "GeneratedChain", "GeneratedChainlet", "generat
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
 
-DESCRIPTOR = "chainlet.json"
 
 # Names server.py binds itself; a user module with one of these names is imported under an alias.
 _SERVER_NAMES = frozenset({"sys", "Path", "create_app", "main", "app", "_HERE"})
@@ -82,7 +81,8 @@ def generate(
     ``DockerImage(base_image=...)`` names one. Paths are shown in the generated files as
     given (pass them relative to keep the files free of machine paths). Each chainlet's
     directory is replaced as a whole; directories of chainlets this chain no longer has
-    are removed.
+    are removed. Each gets a copy of the chain file's folder as ``src/`` (less what
+    :func:`codegen.ignore.source_files` leaves out), refused over ``$CHAINS_MAX_SOURCE_MB``.
 
     >>> from chains.loader import load_chain                          # doctest: +SKIP
     >>> chain = load_chain("examples/hello/chain.py")                   # doctest: +SKIP
@@ -106,6 +106,7 @@ def generate(
             f"{source.shown}: the chain file itself is excluded by {folder.name}/.chainsignore; "
             "remove the pattern that matches it"
         )
+    check_source_size(folder, files, max_source_bytes())
     src = _SourceTree(files)
     env = _environment()
     # Everything is rendered before anything is written: a chainlet that cannot be generated

@@ -3,7 +3,14 @@
 # and wait (bounded) until it answers. For CI and for machines with no engine running:
 #
 #   eval "$(docker/start-engine.sh /tmp/engine)"     # sets DOCKER_HOST for this shell
-#   docker/start-engine.sh --stop /tmp/engine        # stops it again
+#   docker/start-engine.sh --stop /tmp/engine        # stops it and removes the folder
+#
+# --stop leaves nothing behind: once dockerd has stopped, every mount under the folder is
+# undone (the engine leaves its network namespace mounted there after any container ran with
+# --network host, and then the folder cannot be removed), and the folder, with its images, is
+# removed. When any of that fails it says what is left and exits non-zero. It only removes a
+# folder that holds an engine's files (dockerd.log or x/), and only signals the dockerd
+# started with this folder's pid file and the containerd, shims and containers of this folder.
 #
 # The engine has no default bridge (--bridge=none), so it does not clash with another engine's:
 # chains uses user-defined networks, on which containers reach each other by name, and
@@ -17,24 +24,124 @@ if [[ ${1:-} == --stop ]]; then
     shift
 fi
 dir="${1:?usage: start-engine.sh [--stop] FOLDER}"
-mkdir -p "$dir"
-dir="$(cd "$dir" && pwd)"
-pidfile="$dir/dockerd.pid"
-socket="$dir/docker.sock"
 
-if [[ $stop == 1 ]]; then
-    [[ -f $pidfile ]] || exit 0
-    pid="$(cat "$pidfile")"
-    kill "$pid" 2>/dev/null || exit 0
-    # dockerd stops its containers (10 s each at most, in parallel) and its containerd first.
-    for _ in $(seq 1 300); do
-        kill -0 "$pid" 2>/dev/null || exit 0
+# Mount points at or under folder $1, deepest first. /proc/self/mountinfo escapes blanks and
+# backslashes in octal (\040), which printf %b decodes once given as \0040.
+mounts_under() {
+    local raw path
+    while read -r _ _ _ _ raw _; do
+        path="$(printf '%b' "${raw//\\/\\0}")"
+        if [[ $path == "$1" || $path == "$1"/* ]]; then
+            printf '%s\t%s\n' "$(tr -cd / <<<"$path" | wc -c)" "$path"
+        fi
+    done </proc/self/mountinfo | sort -rn -k1,1 | cut -f2-
+}
+
+# Pids of the processes of folder $1's engine that outlive a killed dockerd: its containerd
+# and the shims, whose command lines name the containerd folder under the exec root.
+engine_processes() {
+    local path
+    # The pattern comes from a file, so that grep's own command line does not match it.
+    for path in $(grep -lasF -f <(printf '%s\n' "$1/x/containerd/") /proc/[0-9]*/cmdline || true); do
+        path="${path#/proc/}"
+        echo "${path%/cmdline}"
+    done
+    return 0
+}
+
+# Whether pid $1 is the dockerd that pid file $2 belongs to (a pid may have been reused).
+is_engine() {
+    { tr '\0' '\n' <"/proc/$1/cmdline"; } 2>/dev/null | grep -qxF -- "$2"
+}
+
+start_time() {  # of pid $1, in clock ticks since boot (field 22 of its stat; after the name)
+    local stat
+    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 0
+    stat="${stat##*) }"
+    # shellcheck disable=SC2086 # split into fields
+    set -- $stat
+    echo "${20}"
+}
+
+wait_gone() {  # pid $1, for at most $2 tenths of a second
+    for _ in $(seq 1 "$2"); do
+        kill -0 "$1" 2>/dev/null || return 0
         sleep 0.1
     done
-    echo "dockerd ($pid) did not stop within 30 s; killing it" >&2
-    kill -9 "$pid" 2>/dev/null || true
+    return 1
+}
+
+stop_engine() {
+    local pid pids
+    pid="$(cat "$pidfile" 2>/dev/null || true)"
+    if [[ $pid =~ ^[0-9]+$ ]] && is_engine "$pid" "$pidfile" && kill "$pid" 2>/dev/null; then
+        # dockerd stops its containers (10 s each at most, in parallel) and its containerd first.
+        if ! wait_gone "$pid" 300; then
+            echo "dockerd ($pid) did not stop within 30 s; killing it" >&2
+            kill -9 "$pid" 2>/dev/null || true
+            wait_gone "$pid" 50 || { echo "dockerd ($pid) survived SIGKILL" >&2; return 1; }
+        fi
+    fi
+    # A dockerd that was killed or crashed leaves its containerd and the containers' shims
+    # running, and the containers too: the first process of each is a shim's child (killing it
+    # ends its whole pid namespace).
+    pids="$(engine_processes "$dir")"
+    [[ -z $pids ]] && return 0
+    for pid in $pids; do
+        pids+=" $(pgrep -P "$pid" || true)"
+    done
+    local started=()
+    for pid in $pids; do
+        started+=("$pid:$(start_time "$pid")")
+    done
+    echo "stopping what the engine left running (containerd, shims, containers): $(echo $pids)" >&2
+    # shellcheck disable=SC2086 # one pid a word
+    kill $pids 2>/dev/null || true
+    sleep 2
+    for pid in "${started[@]}"; do  # the same processes, not others that got their pids since
+        [[ "${pid%%:*}:$(start_time "${pid%%:*}")" != "$pid" ]] || kill -9 "${pid%%:*}" 2>/dev/null || true
+    done
+    sleep 0.5
+    [[ -z "$(engine_processes "$dir")" ]]
+}
+
+if [[ $stop == 1 ]]; then
+    [[ -d $dir ]] || exit 0
+    dir="$(cd "$dir" && pwd -P)"  # mountinfo shows the physical path
+    pidfile="$dir/dockerd.pid"
+    # Checked first: a wrong folder (say /) must not have its mounts undone, nor be removed.
+    # An empty one is what an engine that never started leaves.
+    if rmdir "$dir" 2>/dev/null; then
+        exit 0
+    fi
+    # One whose removal failed half-way (a mount left in x/) may be cleaned up again.
+    if [[ ! -e $dir/dockerd.log && ! -d $dir/x ]]; then
+        echo "error: $dir holds no engine (no dockerd.log, no x/); nothing was stopped or removed" >&2
+        exit 1
+    fi
+    stop_engine || { echo "error: the engine in $dir is still running; nothing was removed" >&2; exit 1; }
+    while IFS= read -r target; do
+        umount "$target" 2>/dev/null || umount -l "$target" 2>/dev/null || true
+    done < <(mounts_under "$dir")
+    left="$(mounts_under "$dir")"
+    if [[ -n $left ]]; then
+        echo "error: these mounts under $dir could not be undone (umount, then umount -l):" >&2
+        sed 's/^/  /' <<<"$left" >&2
+        exit 1
+    fi
+    rm -rf "$dir" 2>/dev/null || true
+    if [[ -e $dir ]]; then
+        echo "error: $dir could not be removed:" >&2
+        rm -rf "$dir" 2>&1 | head -n 5 >&2
+        exit 1
+    fi
     exit 0
 fi
+
+mkdir -p "$dir"
+dir="$(cd "$dir" && pwd -P)"
+pidfile="$dir/dockerd.pid"
+socket="$dir/docker.sock"
 
 command -v dockerd >/dev/null || { echo "dockerd is missing: apt-get install -y docker.io" >&2; exit 1; }
 if [[ -S $socket ]] && DOCKER_HOST="unix://$socket" docker version >/dev/null 2>&1; then

@@ -2,7 +2,7 @@
 
 Layout of one chain::
 
-    .chains/<name>/
+    .chains/<name>/         both tagged with a CACHEDIR.TAG when a push creates them
         state.json      -> the active deployment's state (a symlink, swapped atomically)
         push.lock       held (flock) by the push or stop of the chain running now; holds its pid
         logs/<chainlet>[-<replica>].log
@@ -300,8 +300,27 @@ def current_state(name: str) -> ChainState | None:
 def new_deployment_dir(name: str) -> Path:
     """A fresh folder for a new deployment of chain ``name``."""
     folder = chain_dir(name) / "deployments" / (time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3))
+    created = [f for f in (chains_home(), chain_dir(name)) if not f.exists()]
     folder.mkdir(parents=True)
+    for made in created:
+        _tag_as_cache(made)
     return folder
+
+
+# The Cache Directory Tagging convention (https://bford.info/cachedir/). The generator never
+# copies a folder so tagged into a deployment, whatever its name: a state folder inside the
+# chain's own folder would otherwise be copied into every deployment, each holding the last.
+# Only folders chains creates are tagged (CHAINS_HOME may name the user's own folder, which
+# backup tools must not skip); each chain's folder too, for when the state folder is an old
+# one or holds the source.
+_CACHEDIR_TAG = """Signature: 8a477f597d28d172789f06886806bc55
+# This file is created by chains: this folder holds the state of running chains (logs,
+# deployments, generated code), not source. See https://bford.info/cachedir/
+"""
+
+
+def _tag_as_cache(folder: Path) -> None:
+    (folder / "CACHEDIR.TAG").write_text(_CACHEDIR_TAG, encoding="ascii")
 
 
 def make_current(name: str, deploy_dir: Path) -> None:
