@@ -439,8 +439,13 @@ def call(
 
 @main.command()
 @click.argument("name")
-@click.option("--grace", type=float, default=15.0, show_default=True, help="Seconds to drain before killing.")
-def stop(name: str, grace: float) -> None:
+@click.option(
+    "--grace",
+    type=float,
+    default=None,
+    help="Seconds to drain before killing (default: the chainlets' own drain period and 5 s).",
+)
+def stop(name: str, grace: float | None) -> None:
     """Stop chain NAME: drain its chainlets, then stop them; nothing is left running."""
     from chains.deploy import stop_chain
 

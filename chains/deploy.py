@@ -22,7 +22,7 @@ from chains.loader import load_chain
 from chains.server.settings import check_api_key
 from chains.stubs import StubBase, StubOptions
 from chains.targets import PushOptions, running_target
-from chains.targets.state import ChainState, chain_dir, chain_lock, forget, read_state
+from chains.targets.state import STOP_MARGIN_SEC, ChainState, chain_dir, chain_lock, forget, read_state
 
 __all__ = [
     "ChainHandle",
@@ -176,12 +176,14 @@ def push_chain(
     )
 
 
-def stop_chain(name: str, grace: float = 15.0) -> list[ChainState]:
+def stop_chain(name: str, grace: float | None = None) -> list[ChainState]:
     """Stop chain ``name`` on whatever target runs it, and forget it (its logs stay).
 
-    Works on stale state too: whatever of it still runs is stopped. A local deployment the
-    state file lost track of (a truncated or deleted file) is found from its folder and
-    stopped as well. Returns what was stopped: empty when nothing of the chain ran.
+    ``grace`` is how long each deployment may drain before it is killed; by default its own
+    drain period and a margin. Works on stale state too: whatever of it still runs is
+    stopped. A local deployment the state file lost track of (a truncated or deleted file) is
+    found from its folder and stopped as well. Returns what was stopped: empty when nothing
+    of the chain ran.
     """
     try:
         state: ChainState | None = read_state(name)
@@ -197,7 +199,9 @@ def stop_chain(name: str, grace: float = 15.0) -> list[ChainState]:
             read_state(name)  # nothing of the chain here: the usual error
         stopped = [*([state] if state is not None else []), *strays]
         for one in stopped:
-            running_target(one.target).stop(one, grace)
+            # By default as long as the deployment's own drain takes, so no call is cut.
+            wait = grace if grace is not None else one.grace_sec + STOP_MARGIN_SEC
+            running_target(one.target).stop(one, wait)
         forget(name)
     return stopped
 

@@ -48,6 +48,7 @@ from chains.targets.docker_engine import Build, Engine, connect, describe_state
 from chains.targets.images import image_name
 from chains.targets.local import _environment
 from chains.targets.state import (
+    STOP_MARGIN_SEC,
     ChainletProcess,
     ChainState,
     current_state,
@@ -139,7 +140,7 @@ class DockerTarget:
         make_current(chain.name, deploy_dir)
         if previous is not None:
             with contextlib.suppress(ChainsRuntimeError):
-                running_target(previous.target).stop(previous, grace=15.0)
+                running_target(previous.target).stop(previous, grace=previous.grace_sec + STOP_MARGIN_SEC)
             forget(chain.name, keep=deploy_dir.name)
         if self._take_final_names(engine, plan, state):
             write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))

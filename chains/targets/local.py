@@ -22,6 +22,7 @@ from chains.checks import Chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.targets import PushOptions, running_target
 from chains.targets.state import (
+    STOP_MARGIN_SEC,
     ChainState,
     Deployment,
     DeploymentChainlet,
@@ -37,10 +38,15 @@ from chains.targets.state import (
     write_private,
 )
 from chains.targets.supervisor import PID_FILE, control_socket_path
+from chains.targets.wiring import drain_grace
 
 __all__ = ["LocalTarget", "control", "follow_files", "running_deployments"]
 
 _LOG_TAIL_LINES = 30
+# A chainlet drains for its CHAINS_GRACE_SEC; the supervisor gives it this much more to exit
+# (and whoever stops the supervisor STOP_MARGIN_SEC more again): a drain is never cut short
+# by a kill from the level above.
+_EXIT_MARGIN_SEC = 2.0
 
 T = TypeVar("T")
 
@@ -75,7 +81,7 @@ class LocalTarget:
             shutil.rmtree(deploy_dir, ignore_errors=True)
             raise
         for old in [*([previous] if previous is not None else []), *others]:
-            running_target(old.target).stop(old, grace=15.0)
+            running_target(old.target).stop(old, grace=old.grace_sec + STOP_MARGIN_SEC)
         forget(chain.name, keep=deploy_dir.name)
         return state
 
@@ -104,6 +110,7 @@ class LocalTarget:
             entry_port=entry_port,
             entry_socket_from=entry_socket_from,
             python=self.python,
+            grace_sec=max(drain_grace(spec) for spec in chain.chainlets) + _EXIT_MARGIN_SEC,
             chainlets=[
                 DeploymentChainlet(
                     name=spec.name,

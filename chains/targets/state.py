@@ -33,6 +33,7 @@ from chains.errors import ChainsUsageError
 
 __all__ = [
     "MAX_NAME_LENGTH",
+    "STOP_MARGIN_SEC",
     "ChainState",
     "ChainletProcess",
     "Deployment",
@@ -52,6 +53,9 @@ __all__ = [
     "same_process",
     "write_private",
 ]
+
+# What a stop waits beyond a deployment's own grace_sec before it kills the supervisor.
+STOP_MARGIN_SEC = 5.0
 
 ProcessState = Literal["starting", "ready", "restarting", "failed", "stopped"]
 
@@ -103,7 +107,9 @@ class Deployment(pydantic.BaseModel):
     # folder), so that both serve one accept queue while the old one drains.
     entry_socket_from: str | None = None
     chainlets: list[DeploymentChainlet]
-    grace_sec: float = 10.0
+    # How long the supervisor lets its chainlets drain on stop before it kills them: the
+    # longest drain of its chainlets (CHAINS_GRACE_SEC), and a margin for the process to exit.
+    grace_sec: float = 32.0
     python: str
 
 
@@ -142,6 +148,7 @@ class ChainState(pydantic.BaseModel):
     base_image: str | None = None  # docker target: the default base image, for --watch's re-pushes
     processes: list[ChainletProcess]
     updated_at: float = pydantic.Field(default_factory=time.time)
+    grace_sec: float = 32.0  # the supervisor's grace (Deployment.grace_sec): what a stop waits for
     stopping: bool = False
 
     def replicas(self, chainlet: str) -> list[ChainletProcess]:

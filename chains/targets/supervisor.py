@@ -393,6 +393,7 @@ class Supervisor:
             supervisor_pid=os.getpid(),
             supervisor_identity=self.identity,
             processes=[r.record for r in self.replicas],
+            grace_sec=self.deployment.grace_sec,
             stopping=self.stopping,
         )
 

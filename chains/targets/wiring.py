@@ -32,6 +32,7 @@ __all__ = [
     "ChainWiring",
     "ChainletWiring",
     "dns_label",
+    "drain_grace",
     "label_value",
     "wire",
 ]
@@ -138,7 +139,8 @@ class ChainWiring:
         return f"{SECRET_PREFIX}{key}"
 
 
-def _grace(spec: ChainletSpec) -> float:
+def drain_grace(spec: ChainletSpec) -> float:
+    """How long the chainlet drains on SIGTERM: ``CHAINS_GRACE_SEC`` from its options, or the default."""
     raw = spec.remote_config.options.env_variables.get("CHAINS_GRACE_SEC")
     if raw is None:
         return DEFAULT_GRACE_SEC
@@ -177,7 +179,7 @@ def wire(
         labels[spec.name] = label
     wired = []
     for spec in chain.chainlets:
-        grace = _grace(spec)
+        grace = drain_grace(spec)
         env = dict(spec.remote_config.options.env_variables)
         env.update(
             {
