@@ -29,7 +29,7 @@ import uvloop
 
 from chains.errors import DeadlineExceeded
 from chains.server.app import _items
-from chains.stream_codecs import StreamShape, decode_framed, encode_framed
+from chains.streaming import StreamShape, decode_framed, encode_framed
 
 
 class Item(pydantic.BaseModel):

@@ -27,8 +27,7 @@ from chains.errors import (
     StreamInterrupted,
 )
 from chains.local import run_local
-from chains.sse import SSE
-from chains.streams import StreamTypes, stream_reader, stream_types, stream_writer
+from chains.streaming import SSE, StreamTypes, stream_reader, stream_types, stream_writer
 from chains.stubs import StubBase
 
 __version__ = "0.1.0"

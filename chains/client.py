@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import httpx
 
 from chains.errors import ErrorDetail, RemoteError, StreamInterrupted
-from chains.sse import SSE
+from chains.streaming.sse import SSE
 
 __all__ = ["CallFailed", "call_entrypoint"]
 

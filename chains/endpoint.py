@@ -19,8 +19,8 @@ import pydantic
 
 from chains.errors import Violation
 from chains.locations import Locator
-from chains.sse import SSE
-from chains.streams import StreamTypes
+from chains.streaming import StreamTypes
+from chains.streaming.sse import SSE
 from chains.wire import WIRE_CONFIG, wire_adapter
 
 __all__ = [

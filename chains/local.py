@@ -18,7 +18,7 @@ from chains.checks import ChainletSpec, build_chain
 from chains.context import DeploymentContext, Secrets, ServiceDescriptor
 from chains.errors import ChainsUsageError, DeadlineExceeded, ErrorDetail, RemoteError
 from chains.limits import CallLimit
-from chains.stream_codecs import decode_framed, encode_framed, shape_of
+from chains.streaming import decode_framed, encode_framed, shape_of
 
 __all__ = ["LocalStub", "run_local"]
 

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from chains.checks import Chain, ChainletSpec
-from chains.stream_codecs import shape_of
+from chains.streaming import shape_of
 from codegen.layout import GENERATOR_VERSION
 
 __all__ = ["chainlet_descriptor", "descriptor_text", "read_descriptor"]

@@ -22,9 +22,8 @@ from hypothesis import strategies as st
 
 import chains
 from chains.errors import ChainsError, StreamInterrupted
-from chains.framing import FrameDecoder, FrameKind, FrameTooLarge, encode_frame, pack_header
-from chains.stream_codecs import StreamShape, decode_framed, encode_framed
-from chains.streams import stream_reader
+from chains.streaming import StreamShape, decode_framed, encode_framed, stream_reader
+from chains.streaming.framing import FrameDecoder, FrameKind, FrameTooLarge, encode_frame, pack_header
 from chains.stubs import StubOptions
 from tests.helpers import ServerProcess, asgi_in_thread, generate_chain, running, unique_port
 from tests.reliability.clients import ITEMS, Item, ItemStub, Started, Summary, payload

@@ -16,10 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import chains.streams
+import chains.streaming.types
 from chains.errors import ChainsUsageError, ErrorDetail, RemoteError, StreamInterrupted
-from chains.framing import FrameKind, FrameTooLarge, StreamProtocolError, UnknownFrameKind, encode_frame
-from chains.streams import (
+from chains.streaming import (
     FooterStreamReader,
     HeaderFooterStreamReader,
     StreamReader,
@@ -29,6 +28,13 @@ from chains.streams import (
     stream_reader,
     stream_types,
     stream_writer,
+)
+from chains.streaming.framing import (
+    FrameKind,
+    FrameTooLarge,
+    StreamProtocolError,
+    UnknownFrameKind,
+    encode_frame,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,7 +87,7 @@ def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
 
 
 def test_module_doctests() -> None:
-    assert doctest.testmod(chains.streams).failed == 0
+    assert doctest.testmod(chains.streaming.types).failed == 0
 
 
 # -- stream_types -----------------------------------------------------------------------------
@@ -137,7 +143,7 @@ def test_fingerprint_is_the_same_in_another_process(tmp_path: Path) -> None:
         textwrap.dedent(
             """
             import pydantic
-            from chains.streams import stream_types
+            from chains.streaming import stream_types
 
             class Token(pydantic.BaseModel):
                 text: str
