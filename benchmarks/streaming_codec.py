@@ -39,7 +39,7 @@ from typing import Any
 
 import pydantic
 
-from chains.streaming import StreamShape, decode_framed, encode_framed, stream_types, stream_writer
+from chains.streaming import StreamShape, decode_framed, encode_framed, kinds, stream_types, stream_writer
 from chains.streaming.framing import FrameDecoder, FrameKind, encode_frame
 
 CHUNK = 64 * 1024
@@ -51,8 +51,8 @@ class Token(pydantic.BaseModel):
 
 
 TYPES = stream_types(Token)
-SHAPE = StreamShape.of("items", item_type=Token)
-BYTES = StreamShape.of("bytes")
+SHAPE = StreamShape.of(kinds.ITEMS, item_type=Token)
+BYTES = StreamShape.of(kinds.BYTES)
 
 
 def median_seconds(run: Callable[[], object], repeats: int) -> float:

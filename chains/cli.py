@@ -364,6 +364,7 @@ def call(
 ) -> None:
     """Call chain NAME's entrypoint and print the answer; streams print as they arrive."""
     from chains.client import CallFailed, call_entrypoint
+    from chains.streaming import kind_named
     from chains.targets.state import read_state
 
     state = _guarded(lambda: read_state(name))
@@ -378,12 +379,9 @@ def call(
         _fail('error: the arguments must be a JSON object, e.g. --json \'{"prompt": "hi"}\'')
     if not state.alive:
         _fail(f"error: chain {name!r} is stale (its supervisor is gone); push it again")
+    kind = _guarded(lambda: kind_named(state.entrypoint_kind))
     try:
-        asyncio.run(
-            call_entrypoint(
-                state.entrypoint_url, arguments, state.entrypoint_kind, api_key=api_key, timeout=timeout
-            )
-        )
+        asyncio.run(call_entrypoint(state.entrypoint_url, arguments, kind, api_key=api_key, timeout=timeout))
     except CallFailed as exc:
         _fail(f"error: {exc}")
 

@@ -182,7 +182,7 @@ class LocalStub:
             source = self._endpoint.call(self._instance.run_remote, arguments)  # type: ignore[attr-defined]
             # A structured stream is framed even without serialize: its reader needs the end
             # frame that a server appends, or it would report the stream as interrupted.
-            if self._serialize or endpoint.output_kind == "structured":
+            if self._serialize or endpoint.output_kind.yields_frames:
                 shape = shape_of(endpoint)
                 framed = encode_framed(shape, source, chainlet=self._spec.name)
                 async for value in decode_framed(shape, framed):

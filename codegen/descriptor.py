@@ -25,7 +25,7 @@ def chainlet_descriptor(
     the chain file's path inside ``src/``.
     """
     endpoint = spec.endpoint
-    has_item_schema = endpoint.output_kind in ("unary", "items")
+    has_item_schema = endpoint.output_kind.has_item_schema
     return {
         "name": spec.name,
         "chain": chain.name,
@@ -35,7 +35,7 @@ def chainlet_descriptor(
             "signature": endpoint.describe(),
             "is_async": endpoint.is_async,
             "input_schema": endpoint.input_model.model_json_schema(by_alias=True),
-            "output_kind": endpoint.output_kind,
+            "output_kind": endpoint.output_kind.name,
             "output_schema": (
                 endpoint.output_adapter.json_schema(mode="serialization", by_alias=True)
                 if has_item_schema

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 from chains.streaming.forms import encode_framed, encode_raw, encode_sse, raw_media_type
 from chains.streaming.forms.producer import StreamEncoder
-from chains.streaming.media import FRAMED_MEDIA_TYPE, NDJSON_MEDIA_TYPE, SSE_MEDIA_TYPE
+from chains.streaming.media import FRAMED_MEDIA_TYPE, SSE_MEDIA_TYPE
 from chains.streaming.shape import StreamShape
 
 __all__ = ["Negotiated", "negotiate"]
@@ -60,9 +60,6 @@ def _quality(media_type: str, ranges: list[tuple[str, str, float]]) -> tuple[flo
     return best_quality, best_specificity
 
 
-_NDJSON_ALIASES: Final = ("application/x-ndjson", "application/ndjson", "application/jsonl")
-
-
 def negotiate(accept_header: str | None, shape: StreamShape) -> Negotiated:
     """Pick the stream's form for a request's ``Accept`` header.
 
@@ -76,9 +73,10 @@ def negotiate(accept_header: str | None, shape: StreamShape) -> Negotiated:
     ``*/*`` or ``text/event-stream`` give its events followed by ``event: end``; raw (events
     only) is for requests without Accept::
 
-        >>> negotiate("application/x-chains-stream", StreamShape.of("text")).media_type
+        >>> from chains.streaming.kinds import TEXT
+        >>> negotiate("application/x-chains-stream", StreamShape.of(TEXT)).media_type
         'application/x-chains-stream'
-        >>> negotiate("*/*", StreamShape.of("text")).media_type
+        >>> negotiate("*/*", StreamShape.of(TEXT)).media_type
         'text/plain; charset=utf-8'
     """
     raw = Negotiated(raw_media_type(shape), encode_raw)
@@ -86,8 +84,8 @@ def negotiate(accept_header: str | None, shape: StreamShape) -> Negotiated:
         return raw
     ranges = _accepted(accept_header)
     candidates: list[tuple[float, int, int, Negotiated]] = []
-    if shape.kind != "sse":
-        names = _NDJSON_ALIASES if raw.media_type == NDJSON_MEDIA_TYPE else (raw.media_type,)
+    names = shape.kind.accepted_raw_types
+    if names:  # none when the raw form is one of the others (an SSE stream's)
         quality, specificity = max(_quality(name, ranges) for name in names)
         candidates.append((quality, specificity, 3, raw))
     quality, specificity = _quality(SSE_MEDIA_TYPE, ranges)

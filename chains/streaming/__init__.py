@@ -24,7 +24,8 @@ The modules, one concept each:
 - ``types``: :class:`StreamTypes`; ``writer`` and ``reader``: the typed writers and readers;
   ``frame_reader``: the checks every framed read goes through;
 - ``sse``: :class:`SSE` events and their parser;
-- ``kinds`` and ``shape``: what an endpoint streams;
+- ``kinds``: one object per kind of output (unary, text, bytes, sse, items, structured),
+  carrying what differs between them; ``shape``: what one endpoint streams;
 - ``forms``: the framed, server-sent events and raw forms of a stream on HTTP;
 - ``media``: their media types.
 
@@ -43,6 +44,18 @@ from chains.streaming.forms import (
 )
 from chains.streaming.frame_reader import FrameReader, StreamSchemaMismatch
 from chains.streaming.framing import StreamProtocolError
+from chains.streaming.kinds import (
+    BYTES,
+    ITEMS,
+    SSE_EVENTS,
+    STRUCTURED,
+    TEXT,
+    UNARY,
+    OutputKind,
+    StreamKind,
+    kind_named,
+    stream_kind_named,
+)
 from chains.streaming.media import (
     BYTES_MEDIA_TYPE,
     FRAMED_MEDIA_TYPE,
@@ -71,12 +84,18 @@ from chains.streaming.writer import (
 )
 
 __all__ = [
+    "BYTES",
     "BYTES_MEDIA_TYPE",
     "FRAMED_MEDIA_TYPE",
+    "ITEMS",
     "NDJSON_MEDIA_TYPE",
     "SSE",
+    "SSE_EVENTS",
     "SSE_MEDIA_TYPE",
+    "STRUCTURED",
+    "TEXT",
     "TEXT_MEDIA_TYPE",
+    "UNARY",
     "ErrorHook",
     "FooterStreamReader",
     "FooterStreamWriter",
@@ -85,8 +104,10 @@ __all__ = [
     "HeaderFooterStreamWriter",
     "HeaderStreamReader",
     "HeaderStreamWriter",
+    "OutputKind",
     "PartCodec",
     "StreamEncoder",
+    "StreamKind",
     "StreamProtocolError",
     "StreamReader",
     "StreamSchemaMismatch",
@@ -100,8 +121,10 @@ __all__ = [
     "encode_framed",
     "encode_raw",
     "encode_sse",
+    "kind_named",
     "raw_media_type",
     "shape_of",
+    "stream_kind_named",
     "stream_reader",
     "stream_types",
     "stream_writer",

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from chains.errors import ChainsUsageError
-from chains.streaming.kinds import BUILTIN_ITEMS, BUILTIN_WIRES, STREAM_KINDS, StreamKind
+from chains.streaming.kinds import OutputKind, StreamKind, stream_kind_for
 from chains.streaming.schema import WireSchema
-from chains.streaming.types import StreamTypes, stream_types
+from chains.streaming.types import StreamTypes
 
 __all__ = ["StreamShape", "shape_of"]
 
@@ -22,9 +22,10 @@ class StreamShape:
     structured stream of ``stream_types(T)`` are the same frames); text, bytes and SSE streams
     have the built-in fingerprints ``"text"``, ``"bytes"`` and ``"sse"``::
 
-        >>> StreamShape.of("text").fingerprint
+        >>> from chains.streaming.kinds import ITEMS, TEXT
+        >>> StreamShape.of(TEXT).fingerprint
         'text'
-        >>> StreamShape.of("items", item_type=int).types
+        >>> StreamShape.of(ITEMS, item_type=int).types
         stream_types(int)
     """
 
@@ -35,46 +36,22 @@ class StreamShape:
     def of(
         cls, kind: StreamKind, item_type: Any = None, types: StreamTypes[Any, Any, Any] | None = None
     ) -> StreamShape:
-        """The shape of a ``kind`` stream: ``items`` needs ``item_type``, ``structured`` ``types``."""
-        if kind not in STREAM_KINDS:
-            raise ChainsUsageError(f"unknown stream kind {kind!r}; use one of {', '.join(STREAM_KINDS)}")
-        if kind == "structured":
-            if not isinstance(types, StreamTypes):
-                raise ChainsUsageError(
-                    "a structured stream shape needs its StreamTypes: StreamShape.of(kind, types=...)"
-                )
-            return cls(kind, types)
-        if types is not None:
-            raise ChainsUsageError(f"only a structured stream takes StreamTypes, not a {kind} stream")
-        if kind == "items":
-            if item_type is None:
-                raise ChainsUsageError(
-                    "an items stream shape needs its item type: StreamShape.of('items', item_type=T)"
-                )
-            return cls(kind, stream_types(item_type))
-        if item_type is not None and item_type is not BUILTIN_ITEMS[kind]:
+        """The shape of a ``kind`` stream: ``ITEMS`` needs ``item_type``, ``STRUCTURED`` ``types``."""
+        if not isinstance(kind, StreamKind):
             raise ChainsUsageError(
-                f"a {kind} stream yields {BUILTIN_ITEMS[kind].__name__}, not {item_type!r}; "
-                "use kind='items' for other item types"
+                f"StreamShape.of() takes a stream kind from chains.streaming.kinds, got {kind!r}"
             )
-        return cls(kind)
+        return cls(kind, kind.stream_types_for(item_type, types))
 
     @classmethod
     def for_item_type(cls, item_type: Any, types: StreamTypes[Any, Any, Any] | None = None) -> StreamShape:
         """The shape for a generator yielding ``item_type`` (``bytes`` with ``types``: structured)."""
-        if types is not None:
-            return cls.of("structured", types=types)
-        for kind, builtin in BUILTIN_ITEMS.items():
-            if item_type is builtin:
-                return cls.of(kind)
-        return cls.of("items", item_type=item_type)
+        return cls.of(stream_kind_for(item_type, types), item_type=item_type, types=types)
 
     @property
     def wire(self) -> WireSchema:
         """The fingerprint, preamble and codecs the framed form uses."""
-        if self.types is not None:
-            return self.types.wire
-        return BUILTIN_WIRES[self.kind]
+        return self.kind.wire(self.types)
 
     @property
     def fingerprint(self) -> str:
@@ -83,24 +60,22 @@ class StreamShape:
     @property
     def item_type(self) -> Any:
         """What a consumer of the decoded stream gets: str, bytes, SSE, T, or bytes (structured)."""
-        if self.kind == "items" and self.types is not None:
-            return self.types.item_type
-        return BUILTIN_ITEMS.get(self.kind, bytes)
+        return self.kind.decoded_type(self.types)
 
     def __repr__(self) -> str:
-        return f"StreamShape({self.kind!r}, {self.wire.name})"
+        return f"StreamShape({self.kind.name!r}, {self.wire.name})"
 
 
 class _EndpointLike(Protocol):
     @property
-    def output_kind(self) -> str: ...
+    def output_kind(self) -> OutputKind: ...
     @property
     def output_type(self) -> Any: ...
     @property
     def stream_types(self) -> StreamTypes[Any, Any, Any] | None: ...
 
 
-_SHAPES: dict[tuple[str, Any, Any], StreamShape] = {}
+_SHAPES: dict[tuple[OutputKind, Any, Any], StreamShape] = {}
 
 
 def shape_of(endpoint: _EndpointLike) -> StreamShape:
@@ -118,17 +93,9 @@ def shape_of(endpoint: _EndpointLike) -> StreamShape:
         return _build_shape(kind, endpoint.output_type, endpoint.stream_types)
 
 
-def _build_shape(kind: str, output_type: Any, types: StreamTypes[Any, Any, Any] | None) -> StreamShape:
-    if kind == "structured":
-        return StreamShape.of("structured", types=types)
-    if kind == "items":
-        return StreamShape.of("items", item_type=output_type)
-    if kind == "text":
-        return StreamShape.of("text")
-    if kind == "bytes":
-        return StreamShape.of("bytes")
-    if kind == "sse":
-        return StreamShape.of("sse")
-    raise ChainsUsageError(
-        f"the endpoint's output is {kind!r}, not a stream; only streaming endpoints have a shape"
-    )
+def _build_shape(kind: OutputKind, output_type: Any, types: StreamTypes[Any, Any, Any] | None) -> StreamShape:
+    if not isinstance(kind, StreamKind):
+        raise ChainsUsageError(
+            f"the endpoint's output is {kind.name!r}, not a stream; only streaming endpoints have a shape"
+        )
+    return StreamShape.of(kind, item_type=output_type, types=types)

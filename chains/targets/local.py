@@ -71,7 +71,7 @@ class LocalTarget:
             id=deploy_dir.name,
             source=str(source_file),
             entrypoint=chain.entrypoint.name,
-            entrypoint_kind=chain.entrypoint.endpoint.output_kind,
+            entrypoint_kind=chain.entrypoint.endpoint.output_kind.name,
             entry_port=entry_port,
             python=self.python,
             chainlets=[

@@ -18,6 +18,7 @@ from chains.streaming import (
     encode_framed,
     encode_raw,
     encode_sse,
+    kinds,
 )
 
 
@@ -25,10 +26,10 @@ class Token(pydantic.BaseModel):
     text: str
 
 
-TEXT = StreamShape.of("text")
-BYTES = StreamShape.of("bytes")
-EVENTS = StreamShape.of("sse")
-ITEMS = StreamShape.of("items", item_type=Token)
+TEXT = StreamShape.of(kinds.TEXT)
+BYTES = StreamShape.of(kinds.BYTES)
+EVENTS = StreamShape.of(kinds.SSE_EVENTS)
+ITEMS = StreamShape.of(kinds.ITEMS, item_type=Token)
 
 
 def test_module_doctests() -> None:

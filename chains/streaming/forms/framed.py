@@ -3,7 +3,7 @@
 The server encodes the generator's values with :func:`encode_framed`; the stub decodes them
 with :func:`decode_framed`. ``run_local`` chains the two::
 
-    shape = StreamShape.of("items", item_type=Token)
+    shape = StreamShape.of(ITEMS, item_type=Token)
     async for token in decode_framed(shape, encode_framed(shape, endpoint_generator)):
         ...
 """
@@ -42,11 +42,11 @@ async def encode_framed(
     appended once; when it raises, an error frame describing the exception (as raised in
     ``chainlet``) ends the stream instead, and ``on_error`` is called with it::
 
-        async for frame in encode_framed(StreamShape.of("text"), generator, chainlet="Entry"):
+        async for frame in encode_framed(StreamShape.of(TEXT), generator, chainlet="Entry"):
             await send(frame)
     """
     source = aiter_any(source)
-    if shape.kind == "structured":
+    if shape.kind.yields_frames:
         async with aclosing(StructuredYields(shape, source, chainlet, on_error).chunks()) as chunks:
             async for chunk in chunks:
                 yield chunk
@@ -88,7 +88,7 @@ async def decode_framed(
     A structured stream is passed through as plain bytes chunks: the caller reads them with
     ``chains.stream_reader(TYPES, ...)``, which does those same checks with its own types.
     """
-    if shape.kind == "structured":
+    if shape.kind.yields_frames:
         # Plain bytes, so that run_local hands out what a remote stub would (no WriterChunk).
         source = aiter_any(chunks)
         try:

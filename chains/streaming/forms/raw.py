@@ -3,31 +3,21 @@ event-stream text, or NDJSON of typed items. It carries no in-band end or error.
 
 from __future__ import annotations
 
-import codecs
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable
 from contextlib import aclosing
 from typing import Any
 
-from chains.errors import ChainsUsageError, ErrorDetail, RemoteError
+from chains.errors import ErrorDetail, RemoteError
 from chains.streaming.forms.producer import ErrorHook, StructuredYields, aiter_any, converted, frames_of
-from chains.streaming.framing import KIND_ERROR, KIND_FOOTER, KIND_HEADER, KIND_ITEM, StreamProtocolError
-from chains.streaming.kinds import as_event, dump_bytes, dump_text
-from chains.streaming.media import BYTES_MEDIA_TYPE, NDJSON_MEDIA_TYPE, SSE_MEDIA_TYPE, TEXT_MEDIA_TYPE
+from chains.streaming.framing import KIND_ERROR, KIND_FOOTER, KIND_HEADER, KIND_ITEM
 from chains.streaming.shape import StreamShape
-from chains.streaming.sse import SSE
 
 __all__ = ["decode_raw", "encode_raw", "raw_media_type"]
 
 
 def raw_media_type(shape: StreamShape) -> str:
     """The Content-Type of the raw form of ``shape``'s stream."""
-    if shape.kind == "text":
-        return TEXT_MEDIA_TYPE
-    if shape.kind == "bytes":
-        return BYTES_MEDIA_TYPE
-    if shape.kind == "sse":
-        return SSE_MEDIA_TYPE
-    return NDJSON_MEDIA_TYPE
+    return shape.kind.raw_media_type
 
 
 async def encode_raw(
@@ -50,7 +40,7 @@ async def encode_raw(
     that all encoders share one signature.
     """
     source = aiter_any(source)
-    if shape.kind == "structured":
+    if shape.kind.yields_frames:
         # No on_error here: raw re-raises the exception, and whoever catches it reports it.
         structured = StructuredYields(shape, source, chainlet, None)
         async with aclosing(frames_of(structured.chunks())) as frames:
@@ -68,24 +58,15 @@ async def encode_raw(
                     )
         return
     failure: list[Exception] = []
-    async with aclosing(converted(source, _raw_converter(shape), chainlet, None, failure)) as values:
+    async with aclosing(
+        converted(source, shape.kind.raw_converter(shape.wire), chainlet, None, failure)
+    ) as values:
         async for tag, data in values:
             if tag == KIND_ITEM:
                 if data:  # an empty chunk could read as the end of a chunked body
                     yield data
             elif tag == KIND_ERROR:
                 raise failure[0]
-
-
-def _raw_converter(shape: StreamShape) -> Callable[[Any], bytes]:
-    if shape.kind == "text":
-        return dump_text
-    if shape.kind == "bytes":
-        return dump_bytes
-    if shape.kind == "sse":
-        return lambda value: as_event(value).encode().encode()
-    dump = shape.wire.item.dump
-    return lambda value: dump(value) + b"\n"
 
 
 async def decode_raw(
@@ -98,44 +79,6 @@ async def decode_raw(
     as the item type. The raw form carries no end marker: a cut stream cannot be told apart
     from a complete one here; use the framed form when that matters.
     """
-    source = aiter_any(chunks)
-    if shape.kind == "text":
-        utf8 = codecs.getincrementaldecoder("utf-8")()
-        try:
-            async for chunk in source:
-                text = utf8.decode(chunk)
-                if text:
-                    yield text
-            tail = utf8.decode(b"", final=True)
-        except UnicodeDecodeError as exc:
-            raise StreamProtocolError(f"the raw text stream is not valid UTF-8: {exc}") from None
-        if tail:
-            yield tail
-    elif shape.kind == "bytes":
-        async for chunk in source:
-            yield bytes(chunk)
-    elif shape.kind == "sse":
-        async for event in SSE.from_chunks(source):
-            yield event
-    elif shape.kind == "items":
-        load = shape.wire.item.load
-        pending: list[bytes] = []
-        async for chunk in source:
-            start = 0
-            while (newline := chunk.find(b"\n", start)) >= 0:
-                line = chunk[start:newline]
-                if pending:
-                    pending.append(line)
-                    line = b"".join(pending)
-                    pending.clear()
-                if line.strip():
-                    yield load(line)
-                start = newline + 1
-            if start < len(chunk):
-                pending.append(chunk[start:])
-        if pending and b"".join(pending).strip():
-            yield load(b"".join(pending))
-    else:
-        raise ChainsUsageError(
-            "a structured stream is read in its framed form, with chains.stream_reader(TYPES, ...)"
-        )
+    async with aclosing(shape.kind.decode_raw(shape.wire, aiter_any(chunks))) as values:
+        async for value in values:
+            yield value
