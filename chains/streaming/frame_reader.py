@@ -28,6 +28,7 @@ from chains.streaming.framing import (
     parse_preamble,
 )
 from chains.streaming.schema import WireSchema
+from chains.streaming.transport import connection_broke
 
 __all__ = ["FrameReader", "StreamSchemaMismatch"]
 
@@ -124,6 +125,12 @@ class FrameReader:
                 chunk = await anext(self._source)
             except StopAsyncIteration:
                 raise self._interrupted() from None
+            except Exception as exc:
+                # An HTTP client's own error for a cut connection (httpx, aiohttp) is the
+                # same event as the bytes stopping: the stream is incomplete.
+                if connection_broke(exc):
+                    raise self._interrupted(exc) from exc
+                raise
             frames = self._decoder.feed(chunk)
             if frames:
                 self._frames = frames
@@ -137,7 +144,7 @@ class FrameReader:
         self._index += 1
         return frame
 
-    def _interrupted(self) -> StreamInterrupted:
+    def _interrupted(self, cause: BaseException | None = None) -> StreamInterrupted:
         where = {
             _START: "before its preamble",
             _NEED_HEADER: "before its header",
@@ -146,6 +153,11 @@ class FrameReader:
         }.get(self._state, "")
         partial = self._decoder.buffered
         inside = f", inside a frame ({partial} bytes of it received)" if partial else ""
+        if cause is not None:
+            return StreamInterrupted(
+                f"the {self.wire.name} stream broke off {where}{inside}, before its end frame: "
+                f"{type(cause).__name__}: {cause}; what arrived is incomplete"
+            )
         return StreamInterrupted(
             f"the {self.wire.name} stream stopped {where}{inside} without its end frame: the producer or "
             "the connection stopped early, so what arrived is incomplete"
@@ -154,6 +166,8 @@ class FrameReader:
     # -- failure ------------------------------------------------------------------------------
 
     async def _fail(self, exc: BaseException) -> BaseException:
+        # Raised again "from exc.__cause__": the traceback stays short, and a cut connection
+        # keeps the HTTP client's own error as its cause.
         self._state = _FAILED
         self._error = exc
         await self.aclose()
@@ -219,7 +233,7 @@ class FrameReader:
                 else:
                     raise self._unexpected(kind, "the header")
         except Exception as exc:
-            raise await self._fail(exc) from None
+            raise await self._fail(exc) from exc.__cause__
 
     def _check_preamble(self, payload: bytes) -> None:
         preamble = parse_preamble(payload)
@@ -251,7 +265,7 @@ class FrameReader:
                 try:
                     await self._refill()
                 except Exception as exc:
-                    raise await self._fail(exc) from None
+                    raise await self._fail(exc) from exc.__cause__
             kind, payload = self._frames[self._index]
             self._index += 1
             if kind != KIND_ITEM:
@@ -263,7 +277,7 @@ class FrameReader:
                 try:
                     item = self._parse("item", payload)
                 except Exception as exc:
-                    raise await self._fail(exc) from None
+                    raise await self._fail(exc) from exc.__cause__
             self._items += 1
             yield item
         if self._error is not None:
@@ -288,7 +302,7 @@ class FrameReader:
                     kind, "an item, the footer or the end" if self.wire.footer else "an item or the end"
                 )
         except Exception as exc:
-            raise await self._fail(exc) from None
+            raise await self._fail(exc) from exc.__cause__
 
     async def footer(self) -> Any:
         """The footer, after skipping any items not read yet, once the end frame confirms it."""
@@ -312,7 +326,7 @@ class FrameReader:
                     raise self._unexpected(kind, "the end frame after the footer")
                 await self._finish()
             except Exception as exc:
-                raise await self._fail(exc) from None
+                raise await self._fail(exc) from exc.__cause__
         return self._footer
 
     async def header(self) -> Any:

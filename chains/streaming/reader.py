@@ -147,7 +147,8 @@ def stream_reader(
     """A typed reader over the framed bytes of a structured stream (what its stub yields).
 
     It checks the schema fingerprint before the first item, and never mistakes a cut stream
-    for a complete one: the bytes stopping before the end frame raise StreamInterrupted.
+    for a complete one: the bytes stopping before the end frame raise StreamInterrupted, and so
+    does the HTTP client's own error for a cut connection (httpx, aiohttp, a reset socket).
     Frames over ``max_frame_size`` bytes (64 MiB by default) are refused unread::
 
         reader = chains.stream_reader(TOKENS, self._gen.run_remote(prompt))
