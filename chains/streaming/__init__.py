@@ -23,6 +23,7 @@ The modules, one concept each:
 - ``schema``: how one part becomes bytes, and the fingerprint of a stream's schema;
 - ``types``: :class:`StreamTypes`; ``writer`` and ``reader``: the typed writers and readers;
   ``frame_reader``: the checks every framed read goes through;
+- ``transport``: which errors of a byte source mean that its connection broke;
 - ``sse``: :class:`SSE` events and their parser;
 - ``kinds``: one object per kind of output (unary, text, bytes, sse, items, structured),
   carrying what differs between them; ``shape``: what one endpoint streams;
