@@ -29,7 +29,7 @@ import uvloop
 
 from chains.errors import DeadlineExceeded
 from chains.server.app import _items
-from chains.stream_codecs import StreamShape, decode_framed, encode_framed
+from chains.streaming import StreamShape, decode_framed, encode_framed, kinds
 
 
 class Item(pydantic.BaseModel):
@@ -37,7 +37,7 @@ class Item(pydantic.BaseModel):
     text: str
 
 
-SHAPE = StreamShape.of("items", item_type=Item)
+SHAPE = StreamShape.of(kinds.ITEMS, item_type=Item)
 
 
 async def _ints(count: int) -> AsyncIterator[int]:

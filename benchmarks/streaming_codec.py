@@ -39,9 +39,8 @@ from typing import Any
 
 import pydantic
 
-from chains.framing import FrameDecoder, FrameKind, encode_frame
-from chains.stream_codecs import StreamShape, decode_framed, encode_framed
-from chains.streams import stream_types, stream_writer
+from chains.streaming import StreamShape, decode_framed, encode_framed, kinds, stream_types, stream_writer
+from chains.streaming.framing import FrameDecoder, FrameKind, encode_frame
 
 CHUNK = 64 * 1024
 BATCH = 2048  # small frames per transport read
@@ -52,8 +51,8 @@ class Token(pydantic.BaseModel):
 
 
 TYPES = stream_types(Token)
-SHAPE = StreamShape.of("items", item_type=Token)
-BYTES = StreamShape.of("bytes")
+SHAPE = StreamShape.of(kinds.ITEMS, item_type=Token)
+BYTES = StreamShape.of(kinds.BYTES)
 
 
 def median_seconds(run: Callable[[], object], repeats: int) -> float:

@@ -49,8 +49,7 @@ from chains.errors import (
     UnknownFrameKind,
     Violation,
 )
-from chains.sse import SSE
-from chains.streams import StreamTypes, stream_reader, stream_types, stream_writer
+from chains.streaming import SSE, StreamTypes, stream_reader, stream_types, stream_writer
 
 if TYPE_CHECKING:
     from chains.deploy import push

@@ -414,6 +414,7 @@ def call(
     """Call chain NAME's entrypoint and print the answer; streams print as they arrive."""
     from chains.client import CallFailed, call_entrypoint
     from chains.deploy import find_state
+    from chains.streaming import kind_named
 
     state = _guarded(lambda: find_state(name))
     if json_args is not None and args_file is not None:
@@ -427,12 +428,9 @@ def call(
         _fail('error: the arguments must be a JSON object, e.g. --json \'{"prompt": "hi"}\'')
     if not state.alive:
         _fail(f"error: chain {name!r} is stale (its supervisor is gone); push it again")
+    kind = _guarded(lambda: kind_named(state.entrypoint_kind))
     try:
-        asyncio.run(
-            call_entrypoint(
-                state.entrypoint_url, arguments, state.entrypoint_kind, api_key=api_key, timeout=timeout
-            )
-        )
+        asyncio.run(call_entrypoint(state.entrypoint_url, arguments, kind, api_key=api_key, timeout=timeout))
     except CallFailed as exc:
         _fail(f"error: {exc}")
 

@@ -16,7 +16,8 @@ from typing import Any, TextIO
 import httpx
 
 from chains.errors import ErrorDetail, RemoteError, StreamInterrupted
-from chains.sse import SSE
+from chains.streaming import BYTES, SSE_EVENTS, TEXT, OutputKind, StreamKind
+from chains.streaming.sse import SSE
 
 __all__ = ["CallFailed", "call_entrypoint"]
 
@@ -28,7 +29,7 @@ class CallFailed(Exception):
 async def call_entrypoint(
     url: str,
     arguments: dict[str, Any],
-    kind: str,
+    kind: OutputKind,
     out: TextIO = sys.stdout,
     api_key: str | None = None,
     timeout: float | None = None,
@@ -37,7 +38,7 @@ async def call_entrypoint(
     headers = {"content-type": "application/json"}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
-    if kind != "unary":
+    if kind.is_stream:
         headers["accept"] = "text/event-stream"
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10)) as client:
         try:
@@ -46,7 +47,7 @@ async def call_entrypoint(
             ) as response:
                 if response.status_code != 200:
                     raise CallFailed(_describe_failure(response.status_code, await response.aread()))
-                if kind == "unary":
+                if not isinstance(kind, StreamKind):
                     out.write(json.dumps(json.loads(await response.aread()), indent=2) + "\n")
                     return
                 await _print_events(SSE.from_chunks(response.aiter_bytes()), kind, out)
@@ -70,20 +71,22 @@ def _describe_failure(status: int, body: bytes) -> str:
     return f"HTTP {status}: {payload}"
 
 
-async def _print_events(events: AsyncIterator[SSE], kind: str, out: TextIO) -> None:
+async def _print_events(events: AsyncIterator[SSE], kind: StreamKind, out: TextIO) -> None:
     write = _writer(kind, out)
     async for event in events:
         name = event.event or "message"
         if name == "end":
-            if kind == "text":
+            if kind is TEXT:
                 out.write("\n")
             out.flush()
             return
         if name == "error":
             detail = ErrorDetail.model_validate_json(event.data)
             raise CallFailed(str(RemoteError.from_detail(detail)))
-        if kind == "sse" or name in ("header", "footer"):
-            out.write(f"{name}: {event.data}\n" if kind != "sse" else event.encode())
+        if kind is SSE_EVENTS:
+            out.write(event.encode())
+        elif name in ("header", "footer"):
+            out.write(f"{name}: {event.data}\n")
         else:
             write(event.data)
         out.flush()
@@ -92,14 +95,14 @@ async def _print_events(events: AsyncIterator[SSE], kind: str, out: TextIO) -> N
     )
 
 
-def _writer(kind: str, out: TextIO) -> Callable[[str], None]:
-    if kind == "text":
+def _writer(kind: StreamKind, out: TextIO) -> Callable[[str], None]:
+    if kind is TEXT:
 
         def write_text(data: str) -> None:
             out.write(data)
 
         return write_text
-    if kind == "bytes":
+    if kind is BYTES:
         binary = getattr(out, "buffer", None)
 
         def write_bytes(data: str) -> None:

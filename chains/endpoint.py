@@ -19,21 +19,18 @@ import pydantic
 
 from chains.errors import Violation
 from chains.locations import Locator
-from chains.sse import SSE
-from chains.streams import StreamTypes
+from chains.streaming import STRUCTURED, UNARY, OutputKind, StreamTypes
+from chains.streaming.kinds import stream_kind_for
 from chains.wire import WIRE_CONFIG, wire_adapter
 
 __all__ = [
     "EndpointAnalysis",
     "EndpointSpec",
-    "OutputKind",
     "Param",
     "analyze_endpoint",
     "field_name",
     "type_label",
 ]
-
-OutputKind = Literal["unary", "text", "bytes", "sse", "items", "structured"]
 
 METHOD = "run_remote"
 
@@ -80,7 +77,7 @@ class EndpointSpec:
 
     @property
     def is_stream(self) -> bool:
-        return self.output_kind != "unary"
+        return self.output_kind.is_stream
 
     def call(self, method: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
         """``method(**arguments)``, passing positional-only parameters by position."""
@@ -108,9 +105,9 @@ class EndpointSpec:
             f"{p.name}: {type_label(p.annotation)}" + ("" if p.required else f" = {p.default!r}")
             for p in self.params
         )
-        if self.output_kind == "unary":
+        if not self.output_kind.is_stream:
             output = type_label(self.output_type)
-        elif self.output_kind == "structured" and self.stream_types is not None:
+        elif self.stream_types is not None:
             types = self.stream_types
             parts = [f"header {type_label(types.header_type)}"] if types.header_type is not None else []
             if types.footer_type is not None:
@@ -346,7 +343,7 @@ def _classify_output(method: Any, annotation: Any, locator: Locator, *, stub: bo
                 f"the return type {label} cannot be sent over the wire ({problem}); "
                 "use JSON-compatible types or pydantic models"
             )
-        out.kind, out.item_type = "unary", annotation
+        out.kind, out.item_type = UNARY, annotation
         return out
 
     args = typing.get_args(inner)
@@ -361,22 +358,17 @@ def _classify_output(method: Any, annotation: Any, locator: Locator, *, stub: bo
                 "a structured stream is annotated `Annotated[AsyncIterator[bytes], <StreamTypes>]`; its "
                 f"generator yields the bytes of `writer.yield_*`, not {type_label(item)}"
             )
-        out.kind, out.item_type, out.stream_types = "structured", bytes, stream_types
+        out.kind, out.item_type, out.stream_types = STRUCTURED, bytes, stream_types
         return out
-    if item is str:
-        out.kind = "text"
-    elif item is bytes:
-        out.kind = "bytes"
-    elif item is SSE:
-        out.kind = "sse"
-    else:
+    kind = stream_kind_for(item)
+    if kind.has_item_schema:  # typed items: their type must serialize
         problem = _serialization_problem(item, "serialization")
         if problem:
             return fail(
                 f"the stream item type {type_label(item)} cannot be sent over the wire ({problem}); "
                 "stream str, bytes, chains.SSE, or JSON-compatible types and pydantic models"
             )
-        out.kind = "items"
+    out.kind = kind
     out.item_type = item
     return out
 

@@ -21,7 +21,7 @@ from chains.checks import ChainletSpec, build_chain
 from chains.context import DeploymentContext, Secrets, ServiceDescriptor
 from chains.errors import ChainsUsageError, DeadlineExceeded, ErrorDetail, RemoteError
 from chains.limits import CallLimit
-from chains.stream_codecs import decode_framed, encode_framed, shape_of
+from chains.streaming import decode_framed, encode_framed, shape_of
 
 __all__ = ["LocalStub", "run_local"]
 
@@ -194,7 +194,7 @@ class LocalStub:
             source = self._endpoint.call(self._instance.run_remote, arguments)  # type: ignore[attr-defined]
             # A structured stream is framed even without serialize: its reader needs the end
             # frame that a server appends, or it would report the stream as interrupted.
-            if self._serialize or endpoint.output_kind == "structured":
+            if self._serialize or endpoint.output_kind.yields_frames:
                 shape = shape_of(endpoint)
                 framed = encode_framed(shape, source, chainlet=self._spec.name)
                 async for value in decode_framed(shape, framed):

@@ -49,7 +49,7 @@ from chains.limits import CallLimit
 from chains.locations import Locator
 from chains.server.metrics import DependencyCall, Metrics
 from chains.server.settings import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
-from chains.stream_codecs import FRAMED_MEDIA_TYPE, decode_framed, shape_of
+from chains.streaming import FRAMED_MEDIA_TYPE, decode_framed, shape_of
 
 if TYPE_CHECKING:
     import httpx

@@ -35,7 +35,7 @@ from types import ModuleType
 from typing import Any
 
 from chains.errors import ChainsUsageError
-from chains.streams import StreamTypes
+from chains.streaming import StreamTypes
 from codegen.imports import Imports
 from codegen.pysource import bracketed, expression
 

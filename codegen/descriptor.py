@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from chains.checks import Chain, ChainletSpec
-from chains.stream_codecs import shape_of
+from chains.streaming import shape_of
 from codegen.layout import GENERATOR_VERSION
 
 __all__ = ["DESCRIPTOR", "chainlet_descriptor", "descriptor_text", "read_descriptor"]
@@ -27,7 +27,7 @@ def chainlet_descriptor(
     the chain file's path inside ``src/``.
     """
     endpoint = spec.endpoint
-    has_item_schema = endpoint.output_kind in ("unary", "items")
+    has_item_schema = endpoint.output_kind.has_item_schema
     return {
         "name": spec.name,
         "chain": chain.name,
@@ -37,7 +37,7 @@ def chainlet_descriptor(
             "signature": endpoint.describe(),
             "is_async": endpoint.is_async,
             "input_schema": endpoint.input_model.model_json_schema(by_alias=True),
-            "output_kind": endpoint.output_kind,
+            "output_kind": endpoint.output_kind.name,
             "output_schema": (
                 endpoint.output_adapter.json_schema(mode="serialization", by_alias=True)
                 if has_item_schema

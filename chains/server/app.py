@@ -44,8 +44,9 @@ from chains.server.asgi import (
     send_json,
 )
 from chains.server.metrics import Metrics
+from chains.server.negotiation import negotiate
 from chains.server.settings import ServerSettings
-from chains.stream_codecs import negotiate, shape_of
+from chains.streaming import shape_of
 
 __all__ = ["ChainletApp"]
 

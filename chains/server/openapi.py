@@ -8,18 +8,11 @@ from typing import Any
 
 from chains.checks import ChainletSpec
 from chains.endpoint import EndpointSpec
+from chains.streaming import StreamKind
 
-__all__ = ["STREAM_MEDIA_TYPES", "docs_page", "document", "example_arguments"]
+__all__ = ["docs_page", "document", "example_arguments"]
 
 _REF = "#/components/schemas/{model}"
-
-STREAM_MEDIA_TYPES = {
-    "text": "text/plain; charset=utf-8",
-    "bytes": "application/octet-stream",
-    "sse": "text/event-stream",
-    "items": "application/x-ndjson",
-    "structured": "application/x-ndjson",
-}
 
 
 def _hoist(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
@@ -42,14 +35,15 @@ def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
         "503": {"description": "over capacity or shutting down; retry after Retry-After"},
         "504": {"description": "the caller's deadline passed"},
     }
-    if endpoint.is_stream:
+    kind = endpoint.output_kind
+    if isinstance(kind, StreamKind):
         content = {
             "application/x-chains-stream": {"schema": {"type": "string", "format": "binary"}},
             "text/event-stream": {"schema": {"type": "string"}},
-            STREAM_MEDIA_TYPES[endpoint.output_kind]: {"schema": _stream_item_schema(endpoint, components)},
+            kind.raw_media_type: {"schema": _stream_item_schema(endpoint, components)},
         }
         responses["200"] = {
-            "description": f"a {endpoint.output_kind} stream, negotiated on Accept",
+            "description": f"a {kind.name} stream, negotiated on Accept",
             "content": content,
         }
     else:
@@ -94,7 +88,7 @@ def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
 
 
 def _stream_item_schema(endpoint: EndpointSpec, components: dict[str, Any]) -> dict[str, Any]:
-    if endpoint.output_kind in ("items",):
+    if endpoint.output_kind.has_item_schema:
         return _hoist(
             endpoint.output_adapter.json_schema(mode="serialization", ref_template=_REF), components
         )

@@ -273,7 +273,7 @@ class DockerTarget:
             target="docker",
             source=str(source_file),
             entrypoint=chain.entrypoint.name,
-            entrypoint_kind=chain.entrypoint.endpoint.output_kind,
+            entrypoint_kind=chain.entrypoint.endpoint.output_kind.name,
             entrypoint_url=f"http://127.0.0.1:{entry[0].host_port}",
             processes=[self._record(r, result, plan.images[r.spec.name]) for r in plan.replicas],
         )

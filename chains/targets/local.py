@@ -106,7 +106,7 @@ class LocalTarget:
             id=deploy_dir.name,
             source=str(source_file),
             entrypoint=chain.entrypoint.name,
-            entrypoint_kind=chain.entrypoint.endpoint.output_kind,
+            entrypoint_kind=chain.entrypoint.endpoint.output_kind.name,
             entry_port=entry_port,
             entry_socket_from=entry_socket_from,
             python=self.python,

@@ -10,7 +10,7 @@ CHAIN = Path(__file__).with_name("chain.py")
 
 def test_streaming_chain_checks_clean() -> None:
     chain = load_chain(CHAIN)
-    kinds = {spec.name: spec.endpoint.output_kind for spec in chain.chainlets}
+    kinds = {spec.name: spec.endpoint.output_kind.name for spec in chain.chainlets}
     assert kinds == {"Generator": "structured", "Words": "items", "Entry": "text"}
 
 

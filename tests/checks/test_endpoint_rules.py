@@ -91,7 +91,7 @@ def test_future_annotations_and_forward_references_resolve(chain_file: Write) ->
     )
     chain = load_chain(f.path)
     endpoint = chain.entrypoint.endpoint
-    assert endpoint.output_kind == "items"
+    assert endpoint.output_kind.name == "items"
     assert endpoint.output_type.__name__ == "Item"
     assert [p.name for p in endpoint.params] == ["item", "n"]
 
@@ -167,7 +167,7 @@ def test_nested_serializable_types_pass(chain_file: Write) -> None:
                 return {}
     """)
     chain = load_chain(f.path)
-    assert chain.entrypoint.endpoint.output_kind == "unary"
+    assert chain.entrypoint.endpoint.output_kind.name == "unary"
 
 
 def test_yield_needs_an_iterator_annotation(chain_file: Write) -> None:
@@ -279,7 +279,7 @@ def test_stream_kinds(chain_file: Write) -> None:
                 yield b""
     """)
     chain = load_chain(f.path)
-    kinds = {spec.name: spec.endpoint.output_kind for spec in chain.chainlets}
+    kinds = {spec.name: spec.endpoint.output_kind.name for spec in chain.chainlets}
     assert kinds == {
         "Text": "text",
         "Raw": "bytes",

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 import chains
-from chains.sse import SSE
+from chains.streaming.sse import SSE
 from tests.docker.conftest import ROOT, Cli, dangling_images, remove_chain
 from tests.helpers import write_chain
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, cast
 
 import httpx
 
-from chains.sse import SSE
+from chains.streaming.sse import SSE
 from chains.stubs import StubBase
 from tests.reliability.sample_chains.reliability_chains import ITEMS, Item, Started, Summary, payload
 

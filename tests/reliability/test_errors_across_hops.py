@@ -21,8 +21,7 @@ import pytest
 
 import chains
 from chains.call_context import REQUEST_ID_HEADER
-from chains.sse import SSE
-from chains.stream_codecs import FRAMED_MEDIA_TYPE
+from chains.streaming import FRAMED_MEDIA_TYPE, SSE
 from chains.stubs import StubOptions
 from tests.reliability.conftest import HERE, cli, pushed, record
 

@@ -22,17 +22,16 @@ from hypothesis import strategies as st
 
 import chains
 from chains.errors import ChainsError, StreamInterrupted
-from chains.framing import FrameDecoder, FrameKind, FrameTooLarge, encode_frame, pack_header
-from chains.stream_codecs import StreamShape, decode_framed, encode_framed
-from chains.streams import stream_reader
+from chains.streaming import StreamShape, decode_framed, encode_framed, kinds, stream_reader
+from chains.streaming.framing import FrameDecoder, FrameKind, FrameTooLarge, encode_frame, pack_header
 from chains.stubs import StubOptions
 from tests.helpers import ServerProcess, asgi_in_thread, generate_chain, running, unique_port
 from tests.reliability.clients import ITEMS, Item, ItemStub, Started, Summary, payload
 from tests.reliability.conftest import SAMPLE, record, rss_kib
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-ITEM_SHAPE = StreamShape.of("items", item_type=Item)
-TEXT_SHAPE = StreamShape.of("text")
+ITEM_SHAPE = StreamShape.of(kinds.ITEMS, item_type=Item)
+TEXT_SHAPE = StreamShape.of(kinds.TEXT)
 GIB = 2**30
 
 

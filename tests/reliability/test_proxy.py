@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from chains.errors import RemoteError, StreamInterrupted
-from chains.streams import stream_reader
+from chains.streaming import stream_reader
 from chains.stubs import StubOptions
 from tests.helpers import ServerProcess, generate_chain, running, unique_port
 from tests.nginx import Nginx, Site

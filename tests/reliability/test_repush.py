@@ -23,7 +23,7 @@ import httpx
 
 from chains.deploy import push_chain
 from chains.loader import load_chain
-from chains.sse import SSE
+from chains.streaming import SSE
 from chains.targets import PushOptions
 from chains.targets.local import control
 from chains.targets.state import chain_dir, read_state

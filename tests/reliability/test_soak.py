@@ -65,7 +65,7 @@ async def framed_client(url: str, tally: Tally, until: float, seed: int, countin
 
 
 async def sse_client(url: str, tally: Tally, until: float, seed: int, counting: list[bool]) -> None:
-    from chains.sse import SSE
+    from chains.streaming.sse import SSE
 
     rng = random.Random(seed)
     async with httpx.AsyncClient(timeout=30) as client:

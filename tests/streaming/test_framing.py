@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import chains.framing
+import chains.streaming.framing
 from chains.errors import StreamInterrupted
-from chains.framing import (
+from chains.streaming.framing import (
     HEADER_SIZE,
     FrameDecoder,
     FrameKind,
@@ -66,7 +66,7 @@ def test_kinds_are_distinct_ascii_letters() -> None:
 
 
 def test_module_doctests() -> None:
-    assert doctest.testmod(chains.framing).failed == 0
+    assert doctest.testmod(chains.streaming.framing).failed == 0
 
 
 @settings(max_examples=150, deadline=None)

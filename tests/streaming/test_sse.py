@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import chains.sse
+import chains.streaming.sse
 from chains.errors import ChainsUsageError
-from chains.sse import SSE, SSEDecoder
+from chains.streaming.sse import SSE, SSEDecoder
 
 
 def parse(*chunks: str | bytes) -> list[SSE]:
@@ -24,7 +24,7 @@ def parse(*chunks: str | bytes) -> list[SSE]:
 
 
 def test_module_doctests() -> None:
-    assert doctest.testmod(chains.sse).failed == 0
+    assert doctest.testmod(chains.streaming.sse).failed == 0
 
 
 # -- encode -----------------------------------------------------------------------------------

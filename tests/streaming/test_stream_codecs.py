@@ -6,6 +6,7 @@ import asyncio
 import base64
 import doctest
 import json
+import pickle
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -15,33 +16,30 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import chains.stream_codecs
+import chains.streaming.kinds
+import chains.streaming.shape
 from chains.errors import ChainsUsageError, RemoteError, StreamInterrupted
-from chains.framing import FrameDecoder, FrameKind, FrameTooLarge, encode_frame
-from chains.sse import SSE
-from chains.stream_codecs import (
-    FRAMED_MEDIA_TYPE,
+from chains.streaming import (
     NDJSON_MEDIA_TYPE,
-    SSE_MEDIA_TYPE,
     TEXT_MEDIA_TYPE,
+    StreamSchemaMismatch,
     StreamShape,
+    StreamTypes,
+    WriterChunk,
     decode_framed,
     decode_raw,
     encode_framed,
     encode_raw,
     encode_sse,
-    negotiate,
+    kinds,
     raw_media_type,
     shape_of,
-)
-from chains.streams import (
-    StreamSchemaMismatch,
-    StreamTypes,
-    WriterChunk,
     stream_reader,
     stream_types,
     stream_writer,
 )
+from chains.streaming.framing import FrameDecoder, FrameKind, FrameTooLarge, encode_frame
+from chains.streaming.sse import SSE
 
 
 class Token(pydantic.BaseModel):
@@ -58,10 +56,10 @@ class Meta(pydantic.BaseModel):
 
 TOKENS = stream_types(Token, footer_type=Usage)
 FULL = stream_types(Token, header_type=Meta, footer_type=Usage)
-TEXT = StreamShape.of("text")
-BYTES = StreamShape.of("bytes")
-EVENTS = StreamShape.of("sse")
-ITEMS = StreamShape.of("items", item_type=Token)
+TEXT = StreamShape.of(kinds.TEXT)
+BYTES = StreamShape.of(kinds.BYTES)
+EVENTS = StreamShape.of(kinds.SSE_EVENTS)
+ITEMS = StreamShape.of(kinds.ITEMS, item_type=Token)
 
 
 async def produce(values: Iterable[Any], fail: BaseException | None = None) -> AsyncIterator[Any]:
@@ -99,7 +97,8 @@ def failing_generator_error() -> ValueError:
 
 
 def test_module_doctests() -> None:
-    assert doctest.testmod(chains.stream_codecs).failed == 0
+    assert doctest.testmod(chains.streaming.shape).failed == 0
+    assert doctest.testmod(chains.streaming.kinds).failed == 0
 
 
 # -- shapes -----------------------------------------------------------------------------------
@@ -108,23 +107,35 @@ def test_module_doctests() -> None:
 def test_shapes_and_their_fingerprints() -> None:
     assert (TEXT.fingerprint, BYTES.fingerprint, EVENTS.fingerprint) == ("text", "bytes", "sse")
     assert ITEMS.types == stream_types(Token) and ITEMS.fingerprint == stream_types(Token).fingerprint
-    assert StreamShape.of("structured", types=TOKENS).types is TOKENS
+    assert StreamShape.of(kinds.STRUCTURED, types=TOKENS).types is TOKENS
     assert StreamShape.for_item_type(str) == TEXT
     assert StreamShape.for_item_type(SSE) == EVENTS
     assert StreamShape.for_item_type(Token) == ITEMS
-    assert StreamShape.for_item_type(bytes, TOKENS).kind == "structured"
+    assert StreamShape.for_item_type(bytes, TOKENS).kind is kinds.STRUCTURED
     assert ITEMS.item_type is Token and TEXT.item_type is str
-    assert hash(StreamShape.of("items", item_type=Token)) == hash(ITEMS)
+    assert hash(StreamShape.of(kinds.ITEMS, item_type=Token)) == hash(ITEMS)
+
+
+def test_kinds_are_read_back_from_their_names() -> None:
+    every = [kinds.UNARY, kinds.TEXT, kinds.BYTES, kinds.SSE_EVENTS, kinds.ITEMS, kinds.STRUCTURED]
+    assert [kind.name for kind in every] == ["unary", "text", "bytes", "sse", "items", "structured"]
+    assert all(kinds.kind_named(kind.name) is kind for kind in every)
+    assert all(pickle.loads(pickle.dumps(kind)) is kind for kind in every)
+    assert [kind.is_stream for kind in every] == [False, True, True, True, True, True]
+    assert kinds.stream_kind_named("sse") is kinds.SSE_EVENTS
 
 
 @pytest.mark.parametrize(
     ("call", "problem"),
     [
-        (lambda: StreamShape.of("items"), "needs its item type"),
-        (lambda: StreamShape.of("structured"), "needs its StreamTypes"),
-        (lambda: StreamShape.of("text", types=TOKENS), "only a structured stream takes StreamTypes"),
-        (lambda: StreamShape.of("text", item_type=int), "a text stream yields str"),
-        (lambda: StreamShape.of("rows"), "unknown stream kind 'rows'"),  # type: ignore[arg-type]
+        (lambda: StreamShape.of(kinds.ITEMS), "needs its item type"),
+        (lambda: StreamShape.of(kinds.STRUCTURED), "needs its StreamTypes"),
+        (lambda: StreamShape.of(kinds.TEXT, types=TOKENS), "only a structured stream takes StreamTypes"),
+        (lambda: StreamShape.of(kinds.TEXT, item_type=int), "a text stream yields str"),
+        (lambda: kinds.stream_kind_named("rows"), "unknown stream kind 'rows'"),
+        (lambda: kinds.stream_kind_named("unary"), "unknown stream kind 'unary'"),
+        (lambda: kinds.kind_named("rows"), "unknown output kind 'rows'"),
+        (lambda: StreamShape.of("text"), "takes a stream kind"),  # type: ignore[arg-type]
     ],
 )
 def test_shape_misuse_is_explained(call: Any, problem: str) -> None:
@@ -134,18 +145,18 @@ def test_shape_misuse_is_explained(call: Any, problem: str) -> None:
 
 @dataclass(frozen=True)
 class FakeEndpoint:
-    output_kind: str
+    output_kind: kinds.OutputKind
     output_type: Any
     stream_types: StreamTypes[Any, Any, Any] | None = None
 
 
 def test_shape_of_an_endpoint_is_cached() -> None:
-    first = shape_of(FakeEndpoint("items", list[int]))
-    assert first is shape_of(FakeEndpoint("items", list[int]))
-    assert shape_of(FakeEndpoint("structured", bytes, TOKENS)).types is TOKENS
-    assert shape_of(FakeEndpoint("text", str)) == TEXT
+    first = shape_of(FakeEndpoint(kinds.ITEMS, list[int]))
+    assert first is shape_of(FakeEndpoint(kinds.ITEMS, list[int]))
+    assert shape_of(FakeEndpoint(kinds.STRUCTURED, bytes, TOKENS)).types is TOKENS
+    assert shape_of(FakeEndpoint(kinds.TEXT, str)) == TEXT
     with pytest.raises(ChainsUsageError, match="not a stream"):
-        shape_of(FakeEndpoint("unary", int))
+        shape_of(FakeEndpoint(kinds.UNARY, int))
 
 
 # -- framed -----------------------------------------------------------------------------------
@@ -160,7 +171,7 @@ async def test_every_kind_round_trips_framed() -> None:
         Token(text="a"),
         Token(text="coerced"),
     ]
-    optional = StreamShape.of("items", item_type=int | None)
+    optional = StreamShape.of(kinds.ITEMS, item_type=int | None)
     assert await round_trip(optional, [1, None, 3]) == [1, None, 3]
 
 
@@ -298,7 +309,7 @@ def test_random_text_items_survive_any_rechunking(texts: list[str], cuts: list[i
     cuts=st.lists(st.integers(0, 300), max_size=6),
 )
 def test_random_typed_items_survive_any_rechunking_and_any_cut(values: list[Any], cuts: list[int]) -> None:
-    shape = StreamShape.of("items", item_type=dict[str, int | None])
+    shape = StreamShape.of(kinds.ITEMS, item_type=dict[str, int | None])
 
     async def check() -> None:
         framed = b"".join(await collect(encode_framed(shape, produce(values))))
@@ -312,8 +323,8 @@ def test_random_typed_items_survive_any_rechunking_and_any_cut(values: list[Any]
 
 # -- structured -------------------------------------------------------------------------------
 
-STRUCTURED = StreamShape.of("structured", types=TOKENS)
-FULL_SHAPE = StreamShape.of("structured", types=FULL)
+STRUCTURED = StreamShape.of(kinds.STRUCTURED, types=TOKENS)
+FULL_SHAPE = StreamShape.of(kinds.STRUCTURED, types=FULL)
 
 
 async def tokens_endpoint(n: int) -> AsyncIterator[bytes]:
@@ -345,13 +356,13 @@ async def test_a_generator_that_yields_its_own_end_gets_no_second_one() -> None:
         yield writer.yield_item(Token(text="a"))
         yield writer.end()
 
-    shape = StreamShape.of("structured", types=stream_types(Token))
+    shape = StreamShape.of(kinds.STRUCTURED, types=stream_types(Token))
     frames = frames_of(await collect(encode_framed(shape, ends_itself())))
     assert [kind for kind, _ in frames].count(FrameKind.END) == 1
 
 
 async def test_an_empty_structured_stream() -> None:
-    plain = StreamShape.of("structured", types=stream_types(Token))
+    plain = StreamShape.of(kinds.STRUCTURED, types=stream_types(Token))
     chunks = await collect(encode_framed(plain, produce([])))
     assert chunks == [stream_types(Token).wire.preamble + encode_frame(FrameKind.END, b"")]
     # Declared footer never written: the consumer hears why.
@@ -578,46 +589,3 @@ async def test_decode_raw_ndjson_at_every_split() -> None:
             Token(text="a"),
             Token(text="ü"),
         ]
-
-
-# -- negotiation ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("accept", "shape", "media_type"),
-    [
-        (None, TEXT, TEXT_MEDIA_TYPE),
-        ("", ITEMS, NDJSON_MEDIA_TYPE),
-        ("*/*", TEXT, TEXT_MEDIA_TYPE),  # curl
-        ("*/*", BYTES, "application/octet-stream"),
-        ("application/x-chains-stream", TEXT, FRAMED_MEDIA_TYPE),  # stubs
-        ("text/event-stream", ITEMS, SSE_MEDIA_TYPE),  # EventSource
-        ("Text/Event-Stream", TEXT, SSE_MEDIA_TYPE),
-        ("text/*", ITEMS, SSE_MEDIA_TYPE),
-        ("text/*", TEXT, TEXT_MEDIA_TYPE),
-        ("application/x-chains-stream;q=0.5, text/event-stream;q=0.9", TEXT, SSE_MEDIA_TYPE),
-        ("text/event-stream;q=0.2, application/x-chains-stream", TEXT, FRAMED_MEDIA_TYPE),
-        ("text/event-stream, */*;q=0.1", TEXT, SSE_MEDIA_TYPE),
-        ("*/*;q=0.8, text/plain;q=0", TEXT, SSE_MEDIA_TYPE),
-        ("application/x-ndjson", ITEMS, NDJSON_MEDIA_TYPE),
-        ("text/plain; charset=utf-8", TEXT, TEXT_MEDIA_TYPE),
-        ("image/png", TEXT, TEXT_MEDIA_TYPE),  # nothing acceptable: raw rather than 406
-        ("application/x-chains-stream;q=0", TEXT, TEXT_MEDIA_TYPE),
-        ("application/x-chains-stream;q=oops, text/event-stream", TEXT, SSE_MEDIA_TYPE),
-        ("*/*", EVENTS, SSE_MEDIA_TYPE),
-        (None, EVENTS, SSE_MEDIA_TYPE),
-    ],
-)
-def test_negotiate(accept: str | None, shape: StreamShape, media_type: str) -> None:
-    assert negotiate(accept, shape).media_type == media_type
-
-
-def test_negotiate_returns_the_matching_encoder() -> None:
-    assert negotiate(None, TEXT).encoder is encode_raw
-    assert negotiate("text/event-stream", TEXT).encoder is encode_sse
-    assert negotiate("application/x-chains-stream", TEXT).encoder is encode_framed
-    # An SSE stream: an Accept header gets the SSE form (with its end event), no header gets raw.
-    assert negotiate("*/*", EVENTS).encoder is encode_sse
-    assert negotiate(None, EVENTS).encoder is encode_raw
-    media_type, encoder = negotiate("application/x-chains-stream", ITEMS)
-    assert (media_type, encoder) == (FRAMED_MEDIA_TYPE, encode_framed)

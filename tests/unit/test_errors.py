@@ -196,14 +196,15 @@ def test_a_remote_dependency_unavailable_is_caught_as_a_connection_error() -> No
     assert caught.value.retry_after is None  # type: ignore[attr-defined]
 
 
-def test_stream_errors_are_still_importable_from_where_they_were() -> None:
-    from chains import framing, streams
+def test_stream_errors_are_the_same_classes_where_the_streaming_package_names_them() -> None:
+    from chains import streaming
+    from chains.streaming import framing
 
     assert framing.StreamProtocolError is chains.StreamProtocolError
     assert (
         framing.FrameTooLarge is chains.FrameTooLarge and framing.UnknownFrameKind is chains.UnknownFrameKind
     )
-    assert streams.StreamSchemaMismatch is chains.StreamSchemaMismatch
+    assert streaming.StreamProtocolError is chains.StreamProtocolError
 
 
 # -- what leaves the chain ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any, assert_type
 
 import pydantic
 
-from chains.streams import (
+from chains.streaming import (
     FooterStreamReader,
     HeaderFooterStreamWriter,
     StreamReader,

@@ -24,10 +24,20 @@ from typing import Final
 
 from chains.errors import ChainsUsageError
 
-__all__ = ["SSE", "SSEDecoder"]
+__all__ = ["END_EVENT", "SSE", "SSEDecoder", "data_event"]
 
 _LINE_BREAK: Final = re.compile(r"\r\n|\r|\n")
 _BOM: Final = "\ufeff"
+
+END_EVENT: Final = b"event: end\ndata: \n\n"
+"""The event that ends a chains stream in its SSE form, so an ``EventSource`` closes rather
+than reconnects."""
+
+
+def data_event(data: bytes, event: bytes = b"") -> bytes:
+    """One event whose data is ``data`` (a single line), named by ``event`` (``b"event: x\\n"``)."""
+    # JSON from pydantic or json.dumps has no raw line breaks, so it is a single data line.
+    return event + b"data: " + data + b"\n\n"
 
 
 @dataclass(frozen=True, slots=True)
