@@ -8,11 +8,14 @@ import urllib.request
 from pathlib import Path
 
 import httpx
+import pytest
 
 from chains.targets.ray import replicas
 from tests import helpers
 from tests.ray.cluster import HEAD_IP, WORKER_IP, RayCluster
 from tests.ray.conftest import ROOT, SAMPLES, Cli
+
+pytestmark = pytest.mark.ray
 
 STREAMING = ROOT / "examples" / "streaming" / "chain.py"
 RELAY = SAMPLES / "relay.py"
