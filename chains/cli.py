@@ -180,6 +180,8 @@ def push(
     given = _pairs("--secret", "KEY=VALUE", secret_pairs)
     secrets = _guarded(lambda: collect_secrets(chain, given, secrets_file)) if kind == "running" else given
     model_urls = _pairs("--model-url", "NAME=URL", model_url_pairs)
+    if address and target != "ray":
+        _fail("error: --address names a Ray cluster: it is for --target ray")
     if model_urls and target != "truss":
         _fail("error: --model-url is for the truss target: other targets wire the chainlets' URLs themselves")
     options = PushOptions(

@@ -303,6 +303,11 @@ class RayTarget:
 
     def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
         """Deploy every chainlet and wait until Serve runs all their replicas."""
+        if options.entry_port is not None:
+            raise ChainsUsageError(
+                "--port does not apply to the ray target: Serve's proxy serves the entrypoint, "
+                "at <proxy>/<chain>/<entrypoint>"
+            )
         ray, serve = _ray()
         from ray.serve.api import RunTarget
 

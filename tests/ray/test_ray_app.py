@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ from chains.server.serve import create_app
 from chains.server.settings import ServerSettings
 from chains.streams import WriterChunk
 from chains.targets.ray import deployment_options, route_prefix
-from tests.ray.conftest import unavailable
+from tests import helpers
+from tests.ray.conftest import SAMPLES, unavailable
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +175,15 @@ def test_a_writer_chunk_goes_on_as_plain_bytes(ray_app: Any) -> None:
     asyncio.run(plain({"type": "http.response.body", "body": chunk, "more_body": True}))
     assert type(forwarded[0]["body"]) is bytes and forwarded[0]["body"] == b"frame"
     assert forwarded[0]["more_body"] is True
+
+
+def test_ray_options_are_refused_where_they_do_not_apply(tmp_path: Path) -> None:
+    cli = helpers.Cli(tmp_path / "home")
+    relay = str(SAMPLES / "relay.py")
+    misplaced = cli.run("push", relay, "--target", "local", "--address", "127.0.0.2:6379", check=False)
+    assert misplaced.returncode == 1
+    assert "--address names a Ray cluster: it is for --target ray" in misplaced.stderr
+    port = cli.run("push", relay, "--target", "ray", "--port", "8123", check=False)
+    assert port.returncode == 1
+    assert "--port does not apply to the ray target" in port.stderr
+    assert not (tmp_path / "home" / "ray-relay" / "state.json").exists()

@@ -3,6 +3,7 @@ with the command line, their output compared with the local target's, in the sam
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.request
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chains.loader import load_chain
+from chains.stubs import StubBase, StubOptions
 from chains.targets.ray import replicas
 from tests import helpers
 from tests.ray.cluster import HEAD_IP, WORKER_IP, RayCluster
@@ -39,10 +42,25 @@ def _local(tmp_path: Path) -> helpers.Cli:
     return helpers.Cli(tmp_path / "local-home", target="local", timeout=120)
 
 
-def _calls(cli: helpers.Cli, chain: str, arguments: list[dict[str, object]]) -> list[str]:
-    return [
-        cli.run("call", chain, "--json", json.dumps(args), "--timeout", "60").stdout for args in arguments
-    ]
+def _cli_call(cli: helpers.Cli, chain: str, arguments: dict[str, object], *extra: str) -> str:
+    return cli.run("call", chain, "--json", json.dumps(arguments), "--timeout", "60", *extra).stdout
+
+
+def _streams(
+    file: Path, url: str, arguments: list[dict[str, object]], api_key: str | None = None
+) -> list[list[object]]:
+    """Each call's stream, read item by item by a typed client of the chain's entrypoint."""
+    endpoint = load_chain(file).entrypoint.endpoint
+    client_cls = type("EntryClient", (StubBase,), {"endpoint": endpoint})
+
+    async def run() -> list[list[object]]:
+        client = client_cls(url, name=endpoint.chainlet, options=StubOptions(timeout_sec=60), token=api_key)
+        try:
+            return [[item async for item in client.stream_remote(**args)] for args in arguments]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
 
 
 def test_the_streaming_example_streams_on_two_nodes_as_on_the_local_target(
@@ -52,19 +70,21 @@ def test_the_streaming_example_streams_on_two_nodes_as_on_the_local_target(
     assert pushed["target"] == "ray"
     assert pushed["entrypoint_url"] == f"{ray_cluster.proxy_url}/streaming/Entry"
     local = _local(tmp_path)
-    local.push(str(STREAMING))
+    local_url = local.push(str(STREAMING))["entrypoint_url"]
+    arguments: list[dict[str, object]] = [
+        {"prompt": "two nodes, one chain"},
+        {"prompt": "tokens", "max_tokens": 20},
+        {"prompt": ""},
+    ]
     try:
-        arguments: list[dict[str, object]] = [
-            {"prompt": "two nodes, one chain"},
-            {"prompt": "tokens", "max_tokens": 20},
-            {"prompt": ""},
-        ]
-        on_ray = _calls(cli, "streaming", arguments)
-        on_local = _calls(local, "streaming", arguments)
+        on_ray = _streams(STREAMING, pushed["entrypoint_url"], arguments)
+        on_local = _streams(STREAMING, local_url, arguments)
+        printed_locally = _cli_call(local, "streaming", arguments[0])
     finally:
         local.run("stop", "streaming")
     assert on_ray == on_local
-    assert "[20 tokens for 'tokens']" in on_ray[1]
+    assert on_ray[1][0] == "[20 tokens for 'tokens']" and len(on_ray[1]) == 20 + 1 + 3
+    assert _cli_call(cli, "streaming", arguments[0]) == printed_locally
 
     status = cli.run("status", "streaming").stdout
     assert "target ray" in status
@@ -84,7 +104,8 @@ def test_the_streaming_example_streams_on_two_nodes_as_on_the_local_target(
 def test_a_chain_of_three_runs_its_middle_on_both_nodes_and_answers_as_locally(
     cli: Cli, ray_cluster: RayCluster, tmp_path: Path
 ) -> None:
-    cli.push(str(RELAY))
+    key = "sesame"
+    pushed = cli.push(str(RELAY), "--api-key", key)
     record = _record(cli.home, "ray-relay")
     found = replicas(str(record["dashboard_url"]), dict(record["apps"]))  # type: ignore[call-overload]
     middle = [r for r in found if r.chainlet == "Middle"]
@@ -94,59 +115,51 @@ def test_a_chain_of_three_runs_its_middle_on_both_nodes_and_answers_as_locally(
     assert len({r.node_id for r in middle}) == 2
 
     local = _local(tmp_path)
-    local.push(str(RELAY))
+    local_url = local.push(str(RELAY), "--api-key", key)["entrypoint_url"]
+    arguments: list[dict[str, object]] = [{"text": "one two three"}, {"text": ""}, {"text": "a " * 50}]
     try:
-        arguments: list[dict[str, object]] = [{"text": "one two three"}, {"text": ""}, {"text": "a " * 50}]
-        on_ray = _calls(cli, "ray-relay", arguments)
-        on_local = _calls(local, "ray-relay", arguments)
-        failed_locally = local.run("call", "ray-relay", "--json", '{"text": "please fail"}', check=False)
+        on_ray = _streams(RELAY, pushed["entrypoint_url"], arguments, api_key=key)
+        on_local = _streams(RELAY, local_url, arguments, api_key=key)
+        failed_locally = local.run(
+            "call", "ray-relay", "--json", '{"text": "please fail"}', "--api-key", key, check=False
+        )
     finally:
         local.run("stop", "ray-relay")
     assert on_ray == on_local
-    assert on_ray[0] == "[ONE][TWO][THREE] (3 words)\n"
+    assert on_ray[0] == ["[ONE]", "[TWO]", "[THREE]", " (3 words)"]
+    assert _cli_call(cli, "ray-relay", arguments[0], "--api-key", key) == "[ONE][TWO][THREE] (3 words)\n"
 
     # A remote error two hops down reaches the caller with every hop's traceback, in order.
-    failed = cli.run("call", "ray-relay", "--json", '{"text": "please fail"}', check=False)
+    failed = cli.run("call", "ray-relay", "--json", '{"text": "please fail"}', "--api-key", key, check=False)
     assert failed.returncode == 1 == failed_locally.returncode
     message = failed.stderr
     assert "ValueError: Back refuses to upper-case 'fail' (got 2 words)" in message
     hops = [message.index(f"--- in chainlet {name} ---") for name in ("Front", "Middle", "Back")]
     assert hops == sorted(hops), message
     assert 'in run_remote\n    raise ValueError(f"Back refuses' in message
-    # The same hops and error as on the local target (the files' paths differ: the nodes'
-    # working directories).
-    for name in ("Front", "Middle", "Back"):
-        assert f"--- in chainlet {name} ---" in failed_locally.stderr
+    # The same hops as on the local target (the files' paths differ: the nodes' working directories).
+    assert [line for line in message.splitlines() if line.startswith("--- in chainlet")] == [
+        line for line in failed_locally.stderr.splitlines() if line.startswith("--- in chainlet")
+    ]
 
-
-def test_the_token_guards_internal_chainlets_and_the_api_key_the_entrypoint(
-    cli: Cli, ray_cluster: RayCluster
-) -> None:
-    cli.run("push", str(RELAY), "--target", "ray", "--api-key", "sesame", "--json")
+    # The API key guards the entrypoint, the chain's token the internal chainlets behind the
+    # same proxy (and the API key is not the token).
     proxy = ray_cluster.proxy_url
-    body = {"text": "x"}
-    with httpx.Client(timeout=30) as client:
-        assert client.post(f"{proxy}/ray-relay/Front/run_remote", json=body).status_code == 401
-        wrong = client.post(
-            f"{proxy}/ray-relay/Front/run_remote", json=body, headers={"authorization": "Bearer nope"}
-        )
-        assert wrong.status_code == 401
-        good = client.post(
-            f"{proxy}/ray-relay/Front/run_remote", json=body, headers={"authorization": "Bearer sesame"}
-        )
-        assert good.status_code == 200 and "[X]" in good.text
-        # The internal chainlets behind the same proxy: refused without the chain's token,
-        # and the entrypoint's API key is not it.
-        for chainlet in ("Middle", "Back"):
-            args = {"text": "x"} if chainlet == "Middle" else {"words": ["x"]}
-            url = f"{proxy}/ray-relay/{chainlet}/run_remote"
-            assert client.post(url, json=args).status_code == 401
-            assert client.post(url, json=args, headers={"authorization": "Bearer sesame"}).status_code == 401
     deployment = json.loads(
         next((cli.home / "ray-relay" / "deployments").glob("*/deployment.json")).read_text()
     )
     token = deployment["chainlets"][0]["env"]["CHAINS_INTERNAL_TOKEN"]
     with httpx.Client(timeout=30) as client:
+        front = f"{proxy}/ray-relay/Front/run_remote"
+        assert client.post(front, json={"text": "x"}).status_code == 401
+        assert (
+            client.post(front, json={"text": "x"}, headers={"authorization": "Bearer nope"}).status_code
+            == 401
+        )
+        for chainlet, args in (("Middle", {"text": "x"}), ("Back", {"words": ["x"]})):
+            url = f"{proxy}/ray-relay/{chainlet}/run_remote"
+            assert client.post(url, json=args).status_code == 401
+            assert client.post(url, json=args, headers={"authorization": f"Bearer {key}"}).status_code == 401
         answer = client.post(
             f"{proxy}/ray-relay/Back/run_remote",
             json={"words": ["x"]},
