@@ -24,6 +24,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -173,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _cli(["stop", f"bench-hop-{target}"], env)
         if cluster is not None:
             cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     medians = {t: {k: statistics.median(v) for k, v in rows.items()} for t, rows in figures.items()}
     result: dict[str, Any] = {
         "rounds": figures,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,6 +86,9 @@ class RayCluster:
 
     def _start_node(self, role: str, args: list[str]) -> Node:
         ip = HEAD_IP if role == "head" else WORKER_IP
+        stopped = self.nodes.get(role)
+        if stopped is not None and not stopped.pid:
+            shutil.rmtree(stopped.temp_dir, ignore_errors=True)  # a node started again starts afresh
         # Short: Ray puts unix sockets under it, whose paths are limited to about 100 bytes.
         temp_dir = tempfile.mkdtemp(prefix=f"ray{role[0]}-", dir="/tmp")
         log = self.directory / f"{role}.log"
@@ -201,7 +205,7 @@ class RayCluster:
         for role in ("worker", "head"):
             self.stop_node(role)
         for node in self.nodes.values():
-            subprocess.run(["rm", "-rf", node.temp_dir], check=False)
+            shutil.rmtree(node.temp_dir, ignore_errors=True)
 
     # -- persistence (for the command line) --------------------------------------------------
 
