@@ -324,7 +324,9 @@ class RayTarget:
         context = _connect(options.address, generated_dir)
         try:
             dashboard = _dashboard_url(context)
-            serve.start(proxy_location="HeadOnly")
+            # Only when Serve is not running yet (its options are fixed once it runs): one proxy,
+            # on the head, reachable from the other nodes, whose replicas call through it.
+            serve.start(proxy_location="HeadOnly", http_options={"host": "0.0.0.0"})
             proxy = _proxy_url(_serve_details(dashboard))
             apps = {spec.name: app_name(chain.name, spec.name) for spec in chain.chainlets}
             envs = {spec.name: _environment(chain, spec, token, proxy, options) for spec in chain.chainlets}

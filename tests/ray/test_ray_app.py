@@ -180,10 +180,13 @@ def test_a_writer_chunk_goes_on_as_plain_bytes(ray_app: Any) -> None:
 def test_ray_options_are_refused_where_they_do_not_apply(tmp_path: Path) -> None:
     cli = helpers.Cli(tmp_path / "home")
     relay = str(SAMPLES / "relay.py")
-    misplaced = cli.run("push", relay, "--target", "local", "--address", "127.0.0.2:6379", check=False)
+    secret = ("--secret", "relay_signature=x")
+    misplaced = cli.run(
+        "push", relay, *secret, "--target", "local", "--address", "127.0.0.2:6379", check=False
+    )
     assert misplaced.returncode == 1
     assert "--address names a Ray cluster: it is for --target ray" in misplaced.stderr
-    port = cli.run("push", relay, "--target", "ray", "--port", "8123", check=False)
+    port = cli.run("push", relay, *secret, "--target", "ray", "--port", "8123", check=False)
     assert port.returncode == 1
     assert "--port does not apply to the ray target" in port.stderr
     assert not (tmp_path / "home" / "ray-relay" / "state.json").exists()

@@ -39,6 +39,7 @@ def test_stopping_a_node_under_16_callers_fails_no_call_and_serve_restores_the_r
     cli: Cli, ray_cluster: RayCluster, tmp_path: Path
 ) -> None:
     cli.env["RELAY_EVERY_CHAINLET_TWICE"] = "1"
+    cli.env["CHAINS_SECRET_relay_signature"] = "from the environment"
     pushed = cli.push(str(RELAY))
     info = _record(cli.home, "ray-relay")
     dashboard, apps = str(info["dashboard_url"]), dict(info["apps"])  # type: ignore[call-overload]
@@ -49,7 +50,7 @@ def test_stopping_a_node_under_16_callers_fails_no_call_and_serve_restores_the_r
 
     endpoint = load_chain(RELAY).entrypoint.endpoint
     client_cls = type("FrontClient", (StubBase,), {"endpoint": endpoint})
-    expected = ["[NODE]", "[DOWN]", "[UNDER]", "[LOAD]", " (4 words)"]
+    expected = ["[NODE]", "[DOWN]", "[UNDER]", "[LOAD]", " (4 words) -- from the environment"]
     durations: list[float] = []
     failures: list[str] = []
     done = asyncio.Event()

@@ -105,7 +105,7 @@ def test_a_chain_of_three_runs_its_middle_on_both_nodes_and_answers_as_locally(
     cli: Cli, ray_cluster: RayCluster, tmp_path: Path
 ) -> None:
     key = "sesame"
-    pushed = cli.push(str(RELAY), "--api-key", key)
+    pushed = cli.push(str(RELAY), "--api-key", key, "--secret", "relay_signature=signed on ray")
     record = _record(cli.home, "ray-relay")
     found = replicas(str(record["dashboard_url"]), dict(record["apps"]))  # type: ignore[call-overload]
     middle = [r for r in found if r.chainlet == "Middle"]
@@ -113,9 +113,25 @@ def test_a_chain_of_three_runs_its_middle_on_both_nodes_and_answers_as_locally(
     # Serve's state API: the two replicas run on different nodes, one on each.
     assert {r.node_ip for r in middle} == {HEAD_IP, WORKER_IP}
     assert len({r.node_id for r in middle}) == 2
+    # What Compute asked for, as Serve runs it.
+    with urllib.request.urlopen(f"{record['dashboard_url']}/api/serve/applications/", timeout=30) as response:
+        details = json.loads(response.read())
+    configs = {
+        name: details["applications"][f"ray-relay.{name}"]["deployments"][name]["deployment_config"]
+        for name in ("Front", "Middle", "Back")
+    }
+    assert configs["Middle"]["num_replicas"] == 2
+    assert configs["Middle"]["ray_actor_options"]["num_cpus"] == 0.25
+    assert configs["Middle"]["ray_actor_options"]["memory"] == 128 * 2**20
+    assert configs["Back"]["max_ongoing_requests"] == 8
+    autoscaling = configs["Back"]["autoscaling_config"]
+    assert (autoscaling["min_replicas"], autoscaling["max_replicas"]) == (1, 2)
+    assert autoscaling["target_ongoing_requests"] == 4
 
     local = _local(tmp_path)
-    local_url = local.push(str(RELAY), "--api-key", key)["entrypoint_url"]
+    local_url = local.push(str(RELAY), "--api-key", key, "--secret", "relay_signature=signed on ray")[
+        "entrypoint_url"
+    ]
     arguments: list[dict[str, object]] = [{"text": "one two three"}, {"text": ""}, {"text": "a " * 50}]
     try:
         on_ray = _streams(RELAY, pushed["entrypoint_url"], arguments, api_key=key)
@@ -126,8 +142,11 @@ def test_a_chain_of_three_runs_its_middle_on_both_nodes_and_answers_as_locally(
     finally:
         local.run("stop", "ray-relay")
     assert on_ray == on_local
-    assert on_ray[0] == ["[ONE]", "[TWO]", "[THREE]", " (3 words)"]
-    assert _cli_call(cli, "ray-relay", arguments[0], "--api-key", key) == "[ONE][TWO][THREE] (3 words)\n"
+    assert on_ray[0] == ["[ONE]", "[TWO]", "[THREE]", " (3 words) -- signed on ray"]
+    assert (
+        _cli_call(cli, "ray-relay", arguments[0], "--api-key", key)
+        == "[ONE][TWO][THREE] (3 words) -- signed on ray\n"
+    )
 
     # A remote error two hops down reaches the caller with every hop's traceback, in order.
     failed = cli.run("call", "ray-relay", "--json", '{"text": "please fail"}', "--api-key", key, check=False)
