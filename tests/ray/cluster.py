@@ -58,11 +58,17 @@ class RayCluster:
     gcs_port: int = 0
     serve_port: int = 0
     dashboard_port: int = 0
+    client_port: int = 0
     nodes: dict[str, Node] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
         return f"{HEAD_IP}:{self.gcs_port}"
+
+    @property
+    def client_address(self) -> str:
+        """The head's Ray Client server, for ``--address ray://...``."""
+        return f"ray://{HEAD_IP}:{self.client_port}"
 
     @property
     def proxy_url(self) -> str:
@@ -119,12 +125,13 @@ class RayCluster:
         self.gcs_port = unique_port()
         self.serve_port = unique_port()
         self.dashboard_port = unique_port()
+        self.client_port = unique_port()
         self._start_node(
             "head",
             [
                 "--head",
                 "--port", str(self.gcs_port),
-                "--ray-client-server-port", str(unique_port()),
+                "--ray-client-server-port", str(self.client_port),
                 # The dashboard serves Ray's state API: where replicas run, and their logs.
                 "--include-dashboard", "true",
                 "--dashboard-host", HEAD_IP,
@@ -214,6 +221,7 @@ class RayCluster:
             "gcs_port": self.gcs_port,
             "serve_port": self.serve_port,
             "dashboard_port": self.dashboard_port,
+            "client_port": self.client_port,
             "nodes": {role: asdict(node) for role, node in self.nodes.items()},
         }
         (self.directory / "cluster.json").write_text(json.dumps(data, indent=2))
@@ -221,7 +229,9 @@ class RayCluster:
     @classmethod
     def load(cls, directory: Path) -> RayCluster:
         data = json.loads((directory / "cluster.json").read_text())
-        cluster = cls(directory, data["gcs_port"], data["serve_port"], data["dashboard_port"])
+        cluster = cls(
+            directory, data["gcs_port"], data["serve_port"], data["dashboard_port"], data["client_port"]
+        )
         cluster.nodes = {role: Node(**node) for role, node in data["nodes"].items()}
         return cluster
 

@@ -66,8 +66,10 @@ def _streams(
 def test_the_streaming_example_streams_on_two_nodes_as_on_the_local_target(
     cli: Cli, ray_cluster: RayCluster, tmp_path: Path
 ) -> None:
-    pushed = cli.push(str(STREAMING))
+    # Through Ray Client (the relay test below connects to the head's GCS address instead).
+    pushed = cli.push(str(STREAMING), "--address", ray_cluster.client_address)
     assert pushed["target"] == "ray"
+    assert _record(cli.home, "streaming")["address"] == ray_cluster.client_address
     assert pushed["entrypoint_url"] == f"{ray_cluster.proxy_url}/streaming/Entry"
     local = _local(tmp_path)
     local_url = local.push(str(STREAMING))["entrypoint_url"]
