@@ -321,7 +321,10 @@ class RayTarget:
         token = _previous_token(previous) or secrets.token_urlsafe(32)
         # The generated code travels with the connection: Ray packs the folder, keeps it in the
         # cluster and unpacks it on each node as its replicas' working directory.
-        context = _connect(options.address, generated_dir)
+        # A re-push without --address (--watch's, say) goes where the running deployment is.
+        earlier = _Record.load(previous) if previous is not None and previous.target == "ray" else None
+        address = options.address or (earlier.address if earlier else None)
+        context = _connect(address, generated_dir)
         try:
             dashboard = _dashboard_url(context)
             # Only when Serve is not running yet (its options are fixed once it runs): one proxy,
@@ -351,7 +354,7 @@ class RayTarget:
                 ],
             )
             write_private(deploy_dir / "deployment.json", deployment.model_dump_json(indent=2))
-            record = _Record(_address_of(context, options.address), dashboard, proxy, apps)
+            record = _Record(_address_of(context, address), dashboard, proxy, apps)
             record.save(deploy_dir)
             targets = []
             for spec in chain.chainlets:
@@ -372,9 +375,8 @@ class RayTarget:
                 if previous is None or previous.target != "ray":
                     _delete(serve, list(apps.values()), timeout=60.0)
                 raise
-            if previous is not None and previous.target == "ray":
-                old = _Record.load(previous)
-                gone = sorted(set(old.apps.values()) - set(apps.values())) if old else []
+            if earlier is not None:
+                gone = sorted(set(earlier.apps.values()) - set(apps.values()))
                 if gone:
                     _delete(serve, gone, timeout=60.0)
         except BaseException:

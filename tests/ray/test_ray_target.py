@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -36,6 +38,44 @@ def _routes(cluster: RayCluster) -> dict[str, str]:
     with urllib.request.urlopen(f"{cluster.proxy_url}/-/routes", timeout=10) as response:
         routes: dict[str, str] = json.loads(response.read())
     return routes
+
+
+def _token(home: Path, chain: str) -> str:
+    deployment_id = json.loads((home / chain / "state.json").read_text())["deployment"]
+    deployment = json.loads((home / chain / "deployments" / deployment_id / "deployment.json").read_text())
+    return str(deployment["chainlets"][0]["env"]["CHAINS_INTERNAL_TOKEN"])
+
+
+def _calls_during(action: Callable[[], object], url: str) -> tuple[int, list[str]]:
+    """Call the streaming example's entrypoint over and over while ``action`` runs; how many
+    calls were made, and what went wrong with any."""
+    stop = threading.Event()
+    failed: list[str] = []
+    calls = 0
+
+    def caller() -> None:
+        nonlocal calls
+        with httpx.Client(timeout=30) as client:
+            while not stop.is_set():
+                try:
+                    answer = client.post(url + "/run_remote", json={"prompt": "still here", "max_tokens": 2})
+                    if (
+                        answer.status_code != 200
+                        or "[2 tokens for 'still here'] still here" not in answer.text
+                    ):
+                        failed.append(f"{answer.status_code}: {answer.text[:200]}")
+                except httpx.HTTPError as exc:
+                    failed.append(f"{type(exc).__name__}: {exc}")
+                calls += 1
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    try:
+        action()
+    finally:
+        stop.set()
+        thread.join(60)
+    return calls, failed
 
 
 def _local(tmp_path: Path) -> helpers.Cli:
@@ -87,6 +127,16 @@ def test_the_streaming_example_streams_on_two_nodes_as_on_the_local_target(
     assert on_ray == on_local
     assert on_ray[1][0] == "[20 tokens for 'tokens']" and len(on_ray[1]) == 20 + 1 + 3
     assert _cli_call(cli, "streaming", arguments[0]) == printed_locally
+
+    # A re-push without --address goes where the chain runs and keeps the chain's token (so
+    # that, in Serve's rolling update, old and new replicas accept each other's calls); callers
+    # are served throughout.
+    token = _token(cli.home, "streaming")
+    del cli.env["RAY_ADDRESS"]
+    calls, failed = _calls_during(lambda: cli.push(str(STREAMING)), pushed["entrypoint_url"])
+    assert _record(cli.home, "streaming")["address"] == ray_cluster.client_address
+    assert _token(cli.home, "streaming") == token
+    assert calls > 0 and failed == [], failed
 
     status = cli.run("status", "streaming").stdout
     assert "target ray" in status
