@@ -176,6 +176,7 @@ def _pairs(option: str, metavar: str, pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Where --dry-run writes.")
 @click.option("--base-image", envvar="CHAINS_BASE_IMAGE", help="docker: the base image of every chainlet.")
 @click.option("--registry", metavar="PREFIX", help="kubernetes: where the images are pushed.")
+@click.option("--address", metavar="ADDRESS", help="ray: the cluster (ray://HEAD:10001, HEAD:PORT, auto).")
 @click.option("--apply", is_flag=True, help="kubernetes: apply the manifests with kubectl.")
 @click.option(
     "--model-url",
@@ -202,6 +203,7 @@ def push(
     out_dir: str | None,
     base_image: str | None,
     registry: str | None,
+    address: str | None,
     apply: bool,
     model_url_pairs: tuple[str, ...],
     watch: bool,
@@ -222,6 +224,8 @@ def push(
     given = _pairs("--secret", "KEY=VALUE", secret_pairs)
     secrets = _guarded(lambda: collect_secrets(chain, given, secrets_file)) if kind == "running" else given
     model_urls = _pairs("--model-url", "NAME=URL", model_url_pairs)
+    if address and target != "ray":
+        _fail("error: --address names a Ray cluster: it is for --target ray")
     if model_urls and target != "truss":
         _fail("error: --model-url is for the truss target: other targets wire the chainlets' URLs themselves")
     options = PushOptions(
@@ -234,6 +238,7 @@ def push(
         apply=apply,
         api_key=api_key,
         model_urls=model_urls,
+        address=address,
     )
     if kind == "export":
         if not (dry_run or apply) or out_dir is None:

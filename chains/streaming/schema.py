@@ -124,7 +124,7 @@ class WireSchema:
     """What a framed stream carries: its fingerprint, readable name and per-part codecs.
 
     :class:`StreamTypes` builds one for structured and item streams; text, bytes and SSE
-    streams have built-in ones (see ``chains.stream_codecs``).
+    streams have built-in ones (see ``chains.streaming.kinds``).
     """
 
     __slots__ = ("fingerprint", "footer", "header", "item", "name", "preamble")

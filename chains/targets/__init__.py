@@ -35,6 +35,7 @@ class PushOptions:
     out_dir: Path | None = None  # export targets: where to write
     apply: bool = False  # kubernetes: run `kubectl apply -k` on the result
     model_urls: Mapping[str, str] = field(default_factory=dict)  # truss: chainlet -> its model's predict URL
+    address: str | None = None  # ray: the cluster (ray://HEAD:10001, HEAD:PORT or auto)
 
 
 class RunningTarget(Protocol):
@@ -60,6 +61,7 @@ class ExportTarget(Protocol):
 TARGETS: dict[str, tuple[str, str, str]] = {
     "local": ("chains.targets.local", "LocalTarget", "running"),
     "docker": ("chains.targets.docker", "DockerTarget", "running"),
+    "ray": ("chains.targets.ray", "RayTarget", "running"),
     "kubernetes": ("chains.targets.kubernetes", "KubernetesTarget", "export"),
     "compose": ("chains.targets.compose", "ComposeTarget", "export"),
     "truss": ("chains.targets.truss", "TrussTarget", "export"),

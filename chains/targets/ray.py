@@ -1,0 +1,526 @@
+"""The ray target: every chainlet a Ray Serve application on a Ray cluster, behind Serve's proxy.
+
+``chains push FILE --target ray --address ray://HEAD:10001`` (or a GCS address ``HEAD:6379``,
+or ``auto``, or ``$RAY_ADDRESS``) deploys each chainlet as a Serve deployment running its
+generated ASGI app, reached at ``<proxy>/<chain>/<chainlet>``. Chainlets call each other
+through the proxy with the chain's token; Serve places, restarts and scales the replicas.
+
+What maps to what:
+
+- ``Compute(cpu_count, memory, gpu, gpu_count)`` -> ``ray_actor_options`` (``num_cpus``,
+  ``memory``, ``num_gpus``, ``accelerator_type``)
+- ``Compute(replicas)`` -> ``num_replicas``; ``Compute(autoscale=...)`` -> ``autoscaling_config``
+  (``min_replicas``, ``max_replicas``, ``target_ongoing_requests``)
+- ``Compute(concurrency)`` -> ``max_ongoing_requests`` (Serve queues the rest in its proxy)
+- ``CHAINS_GRACE_SEC`` -> ``graceful_shutdown_timeout_s``
+
+Replicas, their nodes and their logs are read through Ray's dashboard API, which the head
+node serves (``ray start --head`` starts it unless told not to).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import secrets
+import shutil
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chains.checks import Chain, ChainletSpec
+from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.targets import PushOptions, running_target
+from chains.targets.state import (
+    ChainletProcess,
+    ChainState,
+    Deployment,
+    DeploymentChainlet,
+    chain_dir,
+    current_state,
+    forget,
+    make_current,
+    new_deployment_dir,
+    write_private,
+)
+from chains.targets.wiring import DEFAULT_GRACE_SEC
+
+__all__ = ["RayTarget", "ReplicaInfo", "replicas"]
+
+_HTTP_TIMEOUT = 10.0
+_POLL_SEC = 0.5
+_RECORD = "ray.json"
+_INSTALL_HINT = "the ray target needs Ray Serve: pip install 'chains[ray]'"
+
+
+def _ray() -> tuple[Any, Any]:
+    try:
+        import ray
+        from ray import serve
+    except ImportError:
+        raise ChainsUsageError(_INSTALL_HINT) from None
+    return ray, serve
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """One running replica of a chainlet, as Serve reports it."""
+
+    chainlet: str
+    replica_id: str
+    state: str
+    node_id: str
+    node_ip: str
+    pid: int | None
+    actor_id: str
+    started_at: float
+
+
+@dataclass(frozen=True)
+class _Record:
+    """What the ray target remembers of a deployment, beside its state."""
+
+    address: str
+    dashboard_url: str
+    proxy_url: str
+    apps: dict[str, str]  # chainlet -> Serve application name
+
+    def save(self, deploy_dir: Path) -> None:
+        write_private(deploy_dir / _RECORD, json.dumps(self.__dict__, indent=2))
+
+    @classmethod
+    def load(cls, state: ChainState) -> _Record | None:
+        path = chain_dir(state.chain) / "deployments" / state.deployment / _RECORD
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return cls(**data)
+
+
+def app_name(chain: str, chainlet: str) -> str:
+    """The Serve application of ``chainlet`` of ``chain``."""
+    return f"{chain}.{chainlet}"
+
+
+def route_prefix(chain: str, chainlet: str) -> str:
+    """Where Serve's proxy routes calls to ``chainlet`` of ``chain``."""
+    return "/" + "/".join(urllib.parse.quote(part, safe="") for part in (chain, chainlet))
+
+
+def _get_json(url: str, timeout: float = _HTTP_TIMEOUT) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def _serve_details(dashboard_url: str) -> dict[str, Any]:
+    try:
+        details: dict[str, Any] = _get_json(f"{dashboard_url}/api/serve/applications/")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ChainsRuntimeError(
+            f"Ray's dashboard at {dashboard_url} does not answer ({exc}); the ray target reads "
+            "replicas and logs through it: start the head node with --include-dashboard true"
+        ) from None
+    return details
+
+
+def replicas(dashboard_url: str, apps: Mapping[str, str]) -> list[ReplicaInfo]:
+    """Every replica of the chainlets ``apps`` (chainlet -> application), as Serve reports them."""
+    details = _serve_details(dashboard_url)
+    found = []
+    for chainlet, app in apps.items():
+        application = (details.get("applications") or {}).get(app) or {}
+        deployment = (application.get("deployments") or {}).get(chainlet) or {}
+        for replica in deployment.get("replicas") or []:
+            found.append(
+                ReplicaInfo(
+                    chainlet=chainlet,
+                    replica_id=str(replica.get("replica_id", "")),
+                    state=str(replica.get("state", "")),
+                    node_id=str(replica.get("node_id") or ""),
+                    node_ip=str(replica.get("node_ip") or ""),
+                    pid=replica.get("pid"),
+                    actor_id=str(replica.get("actor_id") or ""),
+                    started_at=float(replica.get("start_time_s") or 0.0),
+                )
+            )
+    return found
+
+
+def _proxy_url(details: Mapping[str, Any]) -> str:
+    options = details.get("http_options") or {}
+    host = str(options.get("host") or "")
+    port = int(options.get("port") or 8000)
+    if host in ("", "0.0.0.0", "::"):
+        # Listening on every address: reach it at the address of a node that runs a proxy.
+        proxies = details.get("proxies") or {}
+        ips = sorted(str(p.get("node_ip")) for p in proxies.values() if p.get("node_ip"))
+        if not ips:
+            raise ChainsRuntimeError(
+                "Serve runs no HTTP proxy on this cluster; start Serve with HTTP enabled"
+            )
+        host = ips[0]
+    return f"http://{host}:{port}"
+
+
+def _actor_options(spec: ChainletSpec) -> dict[str, Any]:
+    compute = spec.remote_config.compute
+    options: dict[str, Any] = {"num_cpus": compute.cpu_count, "memory": compute.memory_bytes}
+    if compute.gpu is not None:
+        options["num_gpus"] = compute.gpu_count
+        options["accelerator_type"] = compute.gpu
+    return options
+
+
+def deployment_options(spec: ChainletSpec) -> dict[str, Any]:
+    """The Serve deployment options of chainlet ``spec`` (see the module's mapping)."""
+    compute = spec.remote_config.compute
+    options: dict[str, Any] = {
+        "name": spec.name,
+        "ray_actor_options": _actor_options(spec),
+        "max_ongoing_requests": compute.concurrency,
+        "graceful_shutdown_timeout_s": _grace(spec),
+    }
+    if compute.autoscale is not None:
+        options["autoscaling_config"] = {
+            "min_replicas": compute.autoscale.min_replicas,
+            "initial_replicas": compute.autoscale.min_replicas,
+            "max_replicas": compute.autoscale.max_replicas,
+            "target_ongoing_requests": compute.autoscale.target_concurrency,
+        }
+    else:
+        options["num_replicas"] = compute.replicas
+    return options
+
+
+def _grace(spec: ChainletSpec) -> float:
+    raw = spec.remote_config.options.env_variables.get("CHAINS_GRACE_SEC")
+    try:
+        value = float(raw) if raw is not None else DEFAULT_GRACE_SEC
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and math.isfinite(value)):
+        raise ChainsUsageError(
+            f"chainlet {spec.name}: CHAINS_GRACE_SEC={raw!r} must be a number of seconds above zero"
+        )
+    return value
+
+
+def _environment(
+    chain: Chain, spec: ChainletSpec, token: str, proxy_url: str, options: PushOptions
+) -> dict[str, str]:
+    env = dict(spec.remote_config.options.env_variables)
+    env.update(
+        {
+            "CHAINS_CHAIN": chain.name,
+            "CHAINS_INTERNAL_TOKEN": token,
+            "CHAINS_IS_ENTRYPOINT": "1" if spec is chain.entrypoint else "0",
+            "CHAINS_ENVIRONMENT": "ray",
+            "CHAINS_GRACE_SEC": f"{_grace(spec):g}",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    dependencies = sorted({dep.name for dep in spec.dependencies})
+    if dependencies:
+        urls = {name: [proxy_url + route_prefix(chain.name, name)] for name in dependencies}
+        env["CHAINS_DEPENDENCY_URLS"] = json.dumps(urls, sort_keys=True)
+    for key in spec.remote_config.assets.secret_keys:
+        if key in options.secrets:
+            env[f"CHAINS_SECRET_{key}"] = options.secrets[key]
+    if spec is chain.entrypoint and options.api_key:
+        env["CHAINS_API_KEY"] = options.api_key
+    return env
+
+
+def _previous_token(previous: ChainState | None) -> str | None:
+    """The token of the chain's running ray deployment: a re-push keeps it, so that replicas
+    of the old and the new version, side by side during Serve's rolling update, accept each
+    other's calls."""
+    if previous is None or previous.target != "ray":
+        return None
+    path = chain_dir(previous.chain) / "deployments" / previous.deployment / "deployment.json"
+    try:
+        deployment = Deployment.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for chainlet in deployment.chainlets:
+        token = chainlet.env.get("CHAINS_INTERNAL_TOKEN")
+        if token:
+            return token
+    return None
+
+
+def _connect(address: str | None, working_dir: Path | None = None) -> Any:
+    ray, _ = _ray()
+    # Serve narrates every step at INFO on the pushing terminal; its warnings and errors stay.
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
+    target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    try:
+        return ray.init(
+            address=target,
+            runtime_env={"working_dir": str(working_dir)} if working_dir is not None else None,
+            namespace="chains",
+            logging_level="ERROR",
+            log_to_driver=False,
+            configure_logging=False,
+            ignore_reinit_error=True,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ChainsRuntimeError(
+            f"cannot connect to the Ray cluster at {target!r}: {exc}; pass --address ray://HEAD:10001 "
+            "(Ray Client) or HEAD:PORT (the head's GCS), or set RAY_ADDRESS"
+        ) from None
+
+
+def _address_of(context: Any, given: str | None) -> str:
+    """The address to reach the cluster again (for ``stop``): a Ray Client address as given,
+    otherwise the head's GCS address that ``auto`` or ``$RAY_ADDRESS`` resolved to."""
+    if given and given.startswith("ray://"):
+        return given
+    info = getattr(context, "address_info", None) or {}
+    return str(info.get("gcs_address") or given or os.environ.get("RAY_ADDRESS") or "auto")
+
+
+def _dashboard_url(context: Any) -> str:
+    url = str(getattr(context, "dashboard_url", "") or "")
+    if not url:
+        raise ChainsRuntimeError(
+            "the Ray cluster has no dashboard; the ray target reads replicas and logs through Ray's "
+            "dashboard API: start the head node with --include-dashboard true"
+        )
+    return url if url.startswith("http") else f"http://{url}"
+
+
+class RayTarget:
+    """Deploys a chain to a Ray cluster as Serve applications, one per chainlet."""
+
+    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
+        """Deploy every chainlet and wait until Serve runs all their replicas."""
+        if options.entry_port is not None:
+            raise ChainsUsageError(
+                "--port does not apply to the ray target: Serve's proxy serves the entrypoint, "
+                "at <proxy>/<chain>/<entrypoint>"
+            )
+        ray, serve = _ray()
+        from ray.serve.api import RunTarget
+
+        from chains.targets.ray_app import ChainletDeployment
+        from codegen import generate
+
+        previous = current_state(chain.name)
+        deploy_dir = new_deployment_dir(chain.name)
+        generated_dir = deploy_dir / "generated"
+        result = generate(chain, source_file, generated_dir)
+        token = _previous_token(previous) or secrets.token_urlsafe(32)
+        # The generated code travels with the connection: Ray packs the folder, keeps it in the
+        # cluster and unpacks it on each node as its replicas' working directory.
+        # A re-push without --address (--watch's, say) goes where the running deployment is.
+        earlier = _Record.load(previous) if previous is not None and previous.target == "ray" else None
+        address = options.address or (earlier.address if earlier else None)
+        context = _connect(address, generated_dir)
+        try:
+            dashboard = _dashboard_url(context)
+            # Only when Serve is not running yet (its options are fixed once it runs): one proxy,
+            # on the head, reachable from the other nodes, whose replicas call through it.
+            serve.start(proxy_location="HeadOnly", http_options={"host": "0.0.0.0"})
+            proxy = _proxy_url(_serve_details(dashboard))
+            apps = {spec.name: app_name(chain.name, spec.name) for spec in chain.chainlets}
+            envs = {spec.name: _environment(chain, spec, token, proxy, options) for spec in chain.chainlets}
+            deployment = Deployment(
+                chain=chain.name,
+                id=deploy_dir.name,
+                target="ray",
+                source=str(source_file),
+                entrypoint=chain.entrypoint.name,
+                entrypoint_kind=chain.entrypoint.endpoint.output_kind,
+                python="",
+                chainlets=[
+                    DeploymentChainlet(
+                        name=spec.name,
+                        directory=str(generated_dir / spec.name),
+                        replicas=spec.remote_config.compute.replicas,
+                        is_entrypoint=spec is chain.entrypoint,
+                        code_version=result.chainlets[spec.name].code_version,
+                        env=envs[spec.name],
+                    )
+                    for spec in chain.chainlets
+                ],
+            )
+            write_private(deploy_dir / "deployment.json", deployment.model_dump_json(indent=2))
+            record = _Record(_address_of(context, address), dashboard, proxy, apps)
+            record.save(deploy_dir)
+            targets = []
+            for spec in chain.chainlets:
+                bound = (
+                    serve.deployment(ChainletDeployment)
+                    .options(**deployment_options(spec))
+                    .bind(spec.name, envs[spec.name])
+                )
+                targets.append(
+                    RunTarget(
+                        target=bound, name=apps[spec.name], route_prefix=route_prefix(chain.name, spec.name)
+                    )
+                )
+            serve.run_many(targets, wait_for_applications_running=False)
+            try:
+                _wait_running(serve, list(apps.values()), options.timeout)
+            except ChainsRuntimeError:
+                if previous is None or previous.target != "ray":
+                    _delete(serve, list(apps.values()), timeout=60.0)
+                raise
+            if earlier is not None:
+                gone = sorted(set(earlier.apps.values()) - set(apps.values()))
+                if gone:
+                    _delete(serve, gone, timeout=60.0)
+        except BaseException:
+            shutil.rmtree(deploy_dir, ignore_errors=True)
+            raise
+        finally:
+            ray.shutdown()
+        state = self._state(chain, deployment, record, result.chainlets)
+        write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
+        make_current(chain.name, deploy_dir)
+        if previous is not None and previous.target != "ray":
+            running_target(previous.target).stop(previous, grace=15.0)
+        forget(chain.name, keep=deploy_dir.name)
+        return state
+
+    def _state(
+        self, chain: Chain, deployment: Deployment, record: _Record, generated: Mapping[str, Any]
+    ) -> ChainState:
+        found = replicas(record.dashboard_url, record.apps)
+        processes = []
+        for spec in chain.chainlets:
+            url = record.proxy_url + route_prefix(chain.name, spec.name)
+            port = int(urllib.parse.urlsplit(record.proxy_url).port or 80)
+            mine = sorted((r for r in found if r.chainlet == spec.name), key=lambda r: r.replica_id)
+            for index, replica in enumerate(mine):
+                processes.append(
+                    ChainletProcess(
+                        chainlet=spec.name,
+                        replica=index,
+                        port=port,
+                        url=url,
+                        pid=replica.pid,
+                        state="ready" if replica.state == "RUNNING" else "starting",
+                        started_at=replica.started_at,
+                        directory=str(generated[spec.name].directory),
+                        code_version=generated[spec.name].code_version,
+                    )
+                )
+        return ChainState(
+            chain=chain.name,
+            deployment=deployment.id,
+            target="ray",
+            source=deployment.source,
+            entrypoint=deployment.entrypoint,
+            entrypoint_kind=deployment.entrypoint_kind,
+            entrypoint_url=record.proxy_url + route_prefix(chain.name, chain.entrypoint.name),
+            processes=processes,
+        )
+
+    def alive(self, state: ChainState) -> bool:
+        """Whether Serve's proxy still routes to the chain's entrypoint."""
+        record = _Record.load(state)
+        if record is None:
+            return False
+        try:
+            routes = _get_json(f"{record.proxy_url}/-/routes", timeout=5.0)
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+        return isinstance(routes, dict) and route_prefix(state.chain, state.entrypoint) in routes
+
+    def logs(self, state: ChainState, chainlet: str | None, follow: bool, lines: int) -> Iterator[str]:
+        """The chainlets' log lines, fetched through Ray's log API from the nodes their
+        replicas run on (each line of several replicas prefixed with chainlet and node)."""
+        record = _Record.load(state)
+        if record is None:
+            raise ChainsRuntimeError(f"chain {state.chain!r}: the ray deployment's record is missing")
+        apps = {name: app for name, app in record.apps.items() if chainlet is None or name == chainlet}
+        found = [r for r in replicas(record.dashboard_url, apps) if r.actor_id]
+        several = len(found) > 1
+        if follow and several:
+            raise ChainsUsageError(
+                f"chain {state.chain!r} runs {len(found)} replicas of what you asked for; "
+                "--follow follows one: name a chainlet that has one replica"
+            )
+        for replica in found:
+            label = f"{replica.chainlet}@{replica.node_ip}"
+            query = urllib.parse.urlencode(
+                {"actor_id": replica.actor_id, "suffix": "err", "lines": lines, "timeout": 30}
+            )
+            url = f"{record.dashboard_url}/api/v0/logs/{'stream' if follow else 'file'}?{query}"
+            try:
+                with urllib.request.urlopen(url, timeout=None if follow else 30) as response:
+                    for raw in response:
+                        line = raw.decode(errors="replace").rstrip("\n")
+                        yield f"{label} | {line}" if several else line
+            except (urllib.error.URLError, OSError) as exc:
+                raise ChainsRuntimeError(
+                    f"cannot read the log of {label} through Ray's dashboard: {exc}"
+                ) from None
+
+    def stop(self, state: ChainState, grace: float) -> None:
+        """Delete the chain's Serve applications; Serve drains their replicas first."""
+        record = _Record.load(state)
+        if record is None:
+            return
+        ray, serve = _ray()
+        try:
+            _serve_details(record.dashboard_url)
+        except ChainsRuntimeError:
+            return  # the cluster is gone, and the chain with it
+        _connect(record.address)
+        try:
+            _delete(serve, list(record.apps.values()), timeout=grace + 60.0)
+        finally:
+            ray.shutdown()
+
+
+def _statuses(serve: Any) -> dict[str, tuple[str, str]]:
+    """Each application's status, and what Serve says of it and of its deployments."""
+    found = {}
+    for name, app in serve.status().applications.items():
+        messages = [str(app.message)] + [str(d.message) for d in app.deployments.values() if d.message]
+        found[name] = (str(app.status.value), "; ".join(m for m in messages if m))
+    return found
+
+
+def _wait_running(serve: Any, apps: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    current: dict[str, tuple[str, str]] = {}
+    while time.monotonic() < deadline:
+        current = _statuses(serve)
+        failed = {
+            name: current[name] for name in apps if name in current and current[name][0] == "DEPLOY_FAILED"
+        }
+        if failed:
+            detail = "; ".join(f"{name}: {message}" for name, (_, message) in failed.items())
+            raise ChainsRuntimeError(f"Serve failed to deploy {', '.join(failed)}: {detail}")
+        if all(current.get(name, ("", ""))[0] == "RUNNING" for name in apps):
+            return
+        time.sleep(_POLL_SEC)
+    waiting = [
+        f"{name} ({current.get(name, ('absent', ''))[0]})"
+        for name in apps
+        if current.get(name, ("", ""))[0] != "RUNNING"
+    ]
+    raise ChainsRuntimeError(f"not running after {timeout:.0f}s: {', '.join(waiting)}")
+
+
+def _delete(serve: Any, apps: list[str], timeout: float) -> None:
+    for name in apps:
+        serve.delete(name, _blocking=False)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not set(apps) & set(_statuses(serve)):
+            return
+        time.sleep(_POLL_SEC)
+    raise ChainsRuntimeError(f"Serve still runs {', '.join(apps)} after {timeout:.0f}s")
