@@ -28,6 +28,7 @@ from chains.streaming.media import BYTES_MEDIA_TYPE, NDJSON_MEDIA_TYPE, SSE_MEDI
 from chains.streaming.schema import PartCodec, WireSchema
 from chains.streaming.sse import SSE, data_event
 from chains.streaming.types import StreamTypes, stream_types
+from chains.streaming.writer import WriterChunk
 
 __all__ = [
     "BYTES",
@@ -108,6 +109,7 @@ class StreamKind(OutputKind):
         """The StreamTypes of a stream of this kind yielding ``item_type``; refuses what does not fit."""
         if types is not None:
             raise ChainsUsageError(f"only a structured stream takes StreamTypes, not a {self.name} stream")
+
         if item_type is not None and item_type is not self.item_type:
             raise ChainsUsageError(
                 f"a {self.name} stream yields {self.item_type.__name__}, not {item_type!r}; "
@@ -124,6 +126,10 @@ class StreamKind(OutputKind):
     def decoded_type(self, types: StreamTypes[Any, Any, Any] | None) -> Any:
         """What a consumer of the decoded framed stream gets."""
         return self.item_type
+
+    def producer_values(self, source: AsyncIterator[Any], chainlet: str) -> AsyncIterator[Any]:
+        """What the encoders read of the endpoint's generator: for most kinds, the generator."""
+        return source
 
     def sse_converter(self, wire: WireSchema) -> Converter:
         """One value to its ``text/event-stream`` event."""
@@ -182,6 +188,38 @@ class BytesStream(StreamKind):
 
     def decode_raw(self, wire: WireSchema, source: AsyncIterator[bytes]) -> AsyncGenerator[Any, None]:
         return _chunks(source)
+
+    def producer_values(self, source: AsyncIterator[Any], chainlet: str) -> AsyncIterator[Any]:
+        return _writer_completed(source, chainlet)
+
+
+async def _writer_completed(source: AsyncIterator[Any], chainlet: str) -> AsyncGenerator[Any, None]:
+    """A bytes stream as Truss Chains producers write a structured one: declared
+    ``AsyncIterator[bytes]``, yielding what a ``chains.stream_writer`` makes. The writer's
+    end frame is appended when the generator finishes, or its error frame before the
+    generator's exception goes on, as the structured kind does; otherwise the reader at the
+    other end would take the stream for a cut one. Other bytes pass as they are.
+    """
+    writer = None
+    try:
+        while True:
+            try:
+                chunk = await anext(source)
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                if writer is not None and not writer.closed:
+                    yield writer.error(exc, chainlet=chainlet)
+                raise
+            if writer is None and type(chunk) is WriterChunk and chunk.writer is not None:
+                writer = chunk.writer
+            yield chunk
+        if writer is not None and not writer.closed:
+            yield writer.end()
+    finally:
+        close = getattr(source, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class EventStream(StreamKind):

@@ -21,6 +21,7 @@ from tests.helpers import Cli
 VENDORED = Path(__file__).parent / "vendored"
 TESTS = VENDORED / "tests"
 
+STREAMING = VENDORED / "examples" / "streaming" / "streaming_chain.py"
 ITEST_RESULT = [6280, "erodfderodfderodfderodfderodfd", 123, {"parts": [], "part_lens": [10]}, ["a", "b"]]
 
 
@@ -43,6 +44,7 @@ def on_path() -> Iterator[None]:
         ("numpy_and_binary/chain.py", "HostBinary", 5),
         ("custom_health_checks/custom_health_checks.py", None, 1),
         ("traditional_truss/truss_model.py", None, 1),
+        ("../examples/streaming/streaming_chain.py", None, 3),
     ],
 )
 def test_chains_check_passes(file: str, entrypoint: str | None, chainlets: int) -> None:
@@ -190,3 +192,52 @@ def test_custom_health_checks_show_in_readiness(tmp_path: Path) -> None:
         cli.run("stop", "health", check=False)
     assert told == "health checks will fail"
     assert (unhealthy, healthy_again) == (503, 200)
+
+
+async def test_a_truss_style_structured_producer_streams_whole_locally() -> None:
+    """Truss producers declare AsyncIterator[bytes] and yield stream_writer frames; the
+    writer's end frame is added for them, so their readers see a complete stream."""
+    chain = load_chain(STREAMING)
+    with chains.run_local():
+        result = await chain.entrypoint.cls().run_remote(False)
+        with pytest.raises(RuntimeError, match="Test Error"):
+            await chain.entrypoint.cls().run_remote(True)
+    assert result.header.msg == "Start." and result.footer.msg == "Done."
+    assert [c.words for c in result.chunks] == [
+        ["G"],
+        ["G", "HH"],
+        ["G", "HH", "III"],
+        ["G", "HH", "III", "JJJJ"],
+    ]
+    assert result.strings == "First second last."
+
+
+async def test_a_truss_style_structured_producer_pushed_reads_with_stream_reader_and_curl(
+    tmp_path: Path,
+) -> None:
+    cli = Cli(tmp_path / "home")
+    entry = cli.push(str(STREAMING), "--name", "truss-streaming")
+    producer = cli.push(str(STREAMING), "--entrypoint", "Generator", "--name", "truss-producer")
+    try:
+        async with httpx.AsyncClient(timeout=60) as client:
+            answer = await client.post(entry["entrypoint_url"] + "/run_remote", json={"cause_error": False})
+            failed = await client.post(entry["entrypoint_url"] + "/run_remote", json={"cause_error": True})
+            module = sys.modules[load_chain(STREAMING).entrypoint.cls.__module__]
+            async with client.stream(
+                "POST",
+                producer["entrypoint_url"] + "/run_remote",
+                json={"cause_error": False},
+                headers={"accept": "application/octet-stream"},
+            ) as response:
+                reader = chains.stream_reader(module.STREAM_TYPES, response.aiter_bytes())
+                header = await reader.read_header()
+                items = [item async for item in reader.read_items()]
+                footer = await reader.read_footer()
+    finally:
+        cli.run("stop", "truss-streaming", check=False)
+        cli.run("stop", "truss-producer", check=False)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["strings"] == "First second last." and len(body["chunks"]) == 4
+    assert failed.status_code == 500 and "Test Error" in failed.text
+    assert header.msg == "Start." and len(items) == 4 and footer.msg == "Done."

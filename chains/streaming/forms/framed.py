@@ -51,13 +51,14 @@ async def encode_framed(
             async for chunk in chunks:
                 yield chunk
         return
+    produced = shape.kind.producer_values(source, chainlet)
     wire = shape.wire
     dump = wire.item.dump
     head = wire.preamble
     try:
         while True:
             try:
-                payload = dump(await anext(source))
+                payload = dump(await anext(produced))
             except StopAsyncIteration:
                 break
             except Exception as exc:
@@ -72,7 +73,7 @@ async def encode_framed(
                 yield encode_frame(KIND_ITEM, payload)
         yield head + END_FRAME
     finally:
-        await close_source(source)
+        await close_source(produced)
 
 
 async def decode_framed(

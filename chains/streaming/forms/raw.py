@@ -57,9 +57,10 @@ async def encode_raw(
                         ErrorDetail.model_validate_json(payload)
                     )
         return
+    produced = shape.kind.producer_values(source, chainlet)
     failure: list[Exception] = []
     async with aclosing(
-        converted(source, shape.kind.raw_converter(shape.wire), chainlet, None, failure)
+        converted(produced, shape.kind.raw_converter(shape.wire), chainlet, None, failure)
     ) as values:
         async for tag, data in values:
             if tag == KIND_ITEM:

@@ -46,9 +46,10 @@ async def encode_sse(
                 elif kind == KIND_END:
                     yield END_EVENT
         return
+    produced = shape.kind.producer_values(source, chainlet)
     failure: list[Exception] = []
     async with aclosing(
-        converted(source, shape.kind.sse_converter(shape.wire), chainlet, on_error, failure)
+        converted(produced, shape.kind.sse_converter(shape.wire), chainlet, on_error, failure)
     ) as events:
         async for tag, data in events:
             if tag == KIND_ITEM:
