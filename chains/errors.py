@@ -15,13 +15,16 @@ The hierarchy (a builtin base in parentheses: ``except TimeoutError`` catches a
             │   ├── UnknownFrameKind     a frame kind this version does not know
             │   └── StreamSchemaMismatch the producer streams another schema
             ├── BuildFailed              an image of a chainlet did not build
+            ├── GenericRemoteException   a remote error of a type that is not rebuilt (Truss's name)
             └── RemoteError              raised by another chainlet, see below
 
 A failure inside a chainlet travels to its caller as an :class:`ErrorDetail` (in a 500
 response body or in a stream's error frame). The caller raises it as a :class:`RemoteError`
 that is also an instance of the original type when that is a builtin or one of the classes
 above, so ``except ValueError`` and ``except DeadlineExceeded`` keep working across any
-number of hops::
+number of hops; any other type (the user's own) arrives as a RemoteError that is also a
+:class:`GenericRemoteException`. An ``HTTPException`` (Starlette's or FastAPI's) keeps its
+status code and detail through every hop::
 
     try:
         await self._words.run_remote(text)
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import re
 import sysconfig
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +55,7 @@ __all__ = [
     "DependencyUnavailable",
     "ErrorDetail",
     "FrameTooLarge",
+    "GenericRemoteException",
     "RemoteError",
     "StreamInterrupted",
     "StreamProtocolError",
@@ -177,6 +182,9 @@ class ErrorDetail(pydantic.BaseModel):
     chainlet: str = ""
     cause: ErrorDetail | None = None
     request_id: str = ""
+    # The HTTP status the exception asked for (an HTTPException's status_code), which the
+    # answer keeps at every hop: a 422 raised two hops down is a 422 at the entrypoint.
+    status: int | None = None
 
     @classmethod
     def from_exception(cls, exc: BaseException, chainlet: str = "") -> ErrorDetail:
@@ -191,6 +199,12 @@ class ErrorDetail(pydantic.BaseModel):
         else:
             name, module = exc_type.__qualname__, exc_type.__module__
         message = exc.remote_message if isinstance(exc, RemoteError) else str(exc)
+        if isinstance(exc, RemoteError):
+            status = exc.detail.status if exc.detail is not None else None
+        else:
+            status = _http_status(exc)
+            if status is not None:
+                message = str(getattr(exc, "detail", "") or message)
         return cls(
             exc_type=name,
             exc_module=module,
@@ -198,7 +212,21 @@ class ErrorDetail(pydantic.BaseModel):
             traceback=_user_traceback(exc),
             chainlet=chainlet,
             cause=cause,
+            status=status,
         )
+
+    def truss_fields(self) -> dict[str, Any]:
+        """Truss Chains' ``RemoteErrorDetail`` fields for this failure, for callers that parse
+        them: the type, its module, the message and the user's stack frames."""
+        return {
+            "exception_cls_name": self.exc_type,
+            "exception_module_name": None if self.exc_module == "builtins" else self.exc_module,
+            "exception_message": self.message,
+            "user_stack_trace": [
+                {"filename": file, "lineno": int(line), "name": name, "line": code or None}
+                for file, line, name, code in _FRAME.findall(self.traceback)
+            ],
+        }
 
     def public(self, request_id: str = "") -> ErrorDetail:
         """What a caller outside the chain is shown of this failure: the type and message it
@@ -219,6 +247,7 @@ chainlet='Entry', cause=None, request_id='r-1')
             message=self.message,
             chainlet=self.chainlet,
             request_id=request_id or self.request_id,
+            status=self.status,
         )
 
     def as_exception(self) -> RemoteError:
@@ -256,6 +285,12 @@ chainlet='Entry', cause=None, request_id='r-1')
         if self.exc_module in ("builtins", ""):
             return self.exc_type
         return f"{self.exc_module}.{self.exc_type}"
+
+
+class GenericRemoteException(ChainsRuntimeError):
+    """What a remote error is an instance of when its type is neither a builtin nor one of
+    chains' own (a class of the user's, say), as Truss Chains names it; the original type and
+    module are in its ``detail``."""
 
 
 class RemoteError(ChainsRuntimeError):
@@ -331,9 +366,9 @@ def _remote_class(module: str, name: str) -> type[RemoteError]:
         # Any chains module: a peer of an older version may name where a class used to live.
         base = next((cls for cls in _chains_errors() if cls.__name__ == name), None)
     else:
-        return RemoteError
+        return _RemoteGeneric
     if not (isinstance(base, type) and issubclass(base, Exception)) or issubclass(base, RemoteError):
-        return RemoteError
+        return _RemoteGeneric
     try:
         # The builtin goes first so that its __new__ (e.g. OSError's) builds the instance.
         namespace = {
@@ -346,14 +381,39 @@ def _remote_class(module: str, name: str) -> type[RemoteError]:
         return RemoteError
 
 
+class _RemoteGeneric(RemoteError, GenericRemoteException):
+    """A remote error of a type that is not rebuilt here."""
+
+    __module__ = "chains.errors"
+
+
+# One frame of a traceback as traceback.format_list writes it: file, line, function, code.
+_FRAME = re.compile(r'^  File "(.*)", line (\d+), in (.*)\n(?:    (.*)\n)?', re.MULTILINE)
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The status of an HTTPException (Starlette's, or FastAPI's, which is one), known by its
+    attributes so that neither needs importing."""
+    status = getattr(exc, "status_code", None)
+    module = type(exc).__module__
+    if isinstance(status, int) and 400 <= status <= 599 and module.startswith(("starlette.", "fastapi.")):
+        return status
+    return None
+
+
 def _user_traceback(exc: BaseException) -> str:
     """The formatted frames of ``exc`` that belong to user code, not to chains or libraries."""
     frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if _is_user_frame(frame.filename)]
     return "".join(traceback.format_list(frames))
 
 
+# Generated stubs live in this package of each generated chainlet (codegen's STUBS_PACKAGE):
+# their frames are the call's machinery, not the user's code.
+_GENERATED_STUBS = os.sep + "chains_stubs" + os.sep
+
+
 def _is_user_frame(filename: str) -> bool:
     path = os.path.abspath(filename)
-    if path.startswith(_PACKAGE_DIR + os.sep) or path.startswith(_LIBRARY_DIRS):
+    if path.startswith(_PACKAGE_DIR + os.sep) or path.startswith(_LIBRARY_DIRS) or _GENERATED_STUBS in path:
         return False
     return "site-packages" not in path and not filename.startswith("<frozen")

@@ -345,14 +345,15 @@ class StubBase:
         detail = _json_or_none(payload)
         if status == 422 and isinstance(detail, dict) and isinstance(detail.get("detail"), list):
             return RemoteError.from_detail(codec.invalid_arguments_detail(self.name, detail["detail"]))
-        if status == 500 and isinstance(detail, dict) and isinstance(detail.get("error"), dict):
+        # 500, or the status an HTTPException asked for: either way the callee's error detail.
+        if status >= 400 and isinstance(detail, dict) and isinstance(detail.get("error"), dict):
             try:
                 error = ErrorDetail.model_validate(detail["error"])
             except pydantic.ValidationError:
                 pass
             else:
                 remote = RemoteError.from_detail(error)
-                if self.options.retry_user_errors:
+                if self.options.retry_user_errors and status == 500:
                     raised = f"{self.name} at {url} raised {error.exc_type}"
                     return _Retryable(raised, status=status, remote=remote)
                 return remote

@@ -419,7 +419,12 @@ class ChainletApp:
                 # load on the dependency that is already overloaded.
                 status = 503
                 headers = [(b"retry-after", _retry_after(exc)), *rid]
-        await send_json(send, status, {"error": detail.model_dump(mode="json")}, headers)
+        body: dict[str, Any] = {"error": {**detail.model_dump(mode="json"), **detail.truss_fields()}}
+        if detail.status is not None and status == 500:
+            # An HTTPException's status and detail, as FastAPI would answer them.
+            status = detail.status
+            body["detail"] = detail.message
+        await send_json(send, status, body, headers)
         return status
 
     async def _stream(

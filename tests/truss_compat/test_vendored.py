@@ -241,3 +241,24 @@ async def test_a_truss_style_structured_producer_pushed_reads_with_stream_reader
     assert body["strings"] == "First second last." and len(body["chunks"]) == 4
     assert failed.status_code == 500 and "Test Error" in failed.text
     assert header.msg == "Start." and len(items) == 4 and footer.msg == "Done."
+
+
+def test_an_http_exception_keeps_its_status_and_detail_through_every_hop(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    pushed = cli.push(str(TESTS / "http_errors" / "http_errors.py"), "--name", "http-errors")
+    try:
+        with httpx.Client(timeout=60) as client:
+            response = client.post(pushed["entrypoint_url"] + "/run_remote", json={"max_value": 12})
+    finally:
+        cli.run("stop", "http-errors", check=False)
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["detail"] == "This is a test error."
+    error = body["error"]
+    # Truss Chains' RemoteErrorDetail fields, beside chains' own.
+    assert error["exception_cls_name"] == "HTTPException"
+    assert error["exception_module_name"] == "fastapi.exceptions"
+    assert error["exception_message"] == "This is a test error."
+    frames = error["user_stack_trace"]
+    assert frames and frames[-1]["filename"].endswith("http_errors.py") and frames[-1]["name"] == "run_remote"
+    assert error["cause"]["chainlet"] == "FailingHelper" and error["cause"]["status"] == 422

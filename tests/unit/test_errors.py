@@ -34,7 +34,7 @@ def test_remote_error_is_the_original_builtin_type() -> None:
     assert "_raise_value_error" in str(error)  # the user's frame travels
 
 
-def test_non_builtin_types_stay_plain_remote_errors() -> None:
+def test_non_builtin_types_are_generic_remote_exceptions() -> None:
     class Custom(Exception):
         pass
 
@@ -42,7 +42,8 @@ def test_non_builtin_types_stay_plain_remote_errors() -> None:
         raise Custom("x")
 
     error = chains.RemoteError.from_detail(_detail_of(boom, "A"))
-    assert type(error) is chains.RemoteError
+    assert isinstance(error, chains.GenericRemoteException) and isinstance(error, chains.RemoteError)
+    assert not isinstance(error, Custom)
     assert "Custom: x" in str(error)
 
 
@@ -283,3 +284,29 @@ def test_a_printable_ascii_api_key_is_accepted() -> None:
     key = "".join(chr(c) for c in range(0x21, 0x7F))
     check_api_key(key)
     assert ServerSettings.from_env({"CHAINS_API_KEY": key}).api_key == key
+
+
+def test_a_remote_error_of_the_users_own_type_is_a_generic_remote_exception() -> None:
+    detail = ErrorDetail(exc_type="QuotaExceeded", exc_module="billing.errors", message="over quota")
+    error = chains.RemoteError.from_detail(detail)
+    assert isinstance(error, chains.GenericRemoteException) and isinstance(error, chains.RemoteError)
+    assert not isinstance(error, ValueError)
+    builtin = chains.RemoteError.from_detail(
+        ErrorDetail(exc_type="KeyError", exc_module="builtins", message="k")
+    )
+    assert isinstance(builtin, KeyError) and not isinstance(builtin, chains.GenericRemoteException)
+
+
+def test_truss_fields_name_the_type_module_message_and_user_frames() -> None:
+    def failing() -> None:
+        raise ValueError("bad input")
+
+    try:
+        failing()
+    except ValueError as exc:
+        fields = ErrorDetail.from_exception(exc, "Words").truss_fields()
+    assert (fields["exception_cls_name"], fields["exception_module_name"]) == ("ValueError", None)
+    assert fields["exception_message"] == "bad input"
+    last = fields["user_stack_trace"][-1]
+    assert last["name"] == "failing" and last["line"] == 'raise ValueError("bad input")'
+    assert last["filename"].endswith("test_errors.py") and last["lineno"] > 0
