@@ -60,6 +60,7 @@ class ExportTarget(Protocol):
 TARGETS: dict[str, tuple[str, str, str]] = {
     "local": ("chains.targets.local", "LocalTarget", "running"),
     "docker": ("chains.targets.docker", "DockerTarget", "running"),
+    "swarm": ("chains.targets.swarm", "SwarmTarget", "running"),
     "kubernetes": ("chains.targets.kubernetes", "KubernetesTarget", "export"),
     "compose": ("chains.targets.compose", "ComposeTarget", "export"),
     "truss": ("chains.targets.truss", "TrussTarget", "export"),
