@@ -9,9 +9,9 @@ machine's drift hits both alike:
 - **req/s**: wrk with 16 keep-alive connections for 5 s, against the same entrypoint.
 
 On the swarm the entrypoint runs on the manager (published in host mode, reached here on
-127.0.0.1 when the manager is this machine) and ``Back`` where the scheduler puts it: with one
-replica beside Front's, on the other node, so the hop crosses the overlay network between the
-nodes; the run records where it ran.
+127.0.0.1 when the manager is this machine), and ``Back`` is moved to a worker node after the
+push (``docker service update --constraint-add node.role==worker``), so that the hop crosses
+the overlay network between the nodes; the run records where each ran.
 
 Needs a swarm manager at ``DOCKER_HOST`` on this machine, the other nodes' engines in
 ``CHAINS_SWARM_NODES`` and a base image (``CHAINS_BASE_IMAGE``), e.g.::
@@ -29,6 +29,7 @@ import datetime
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -63,6 +64,25 @@ def _back_node(engine: Any, name: str) -> dict[str, str]:
     return where
 
 
+def _move_to_worker(service: str) -> None:
+    """Run ``service`` on a worker node: the hop from the manager's Front then crosses nodes."""
+    subprocess.run(
+        [
+            "docker",
+            "service",
+            "update",
+            "--detach=false",
+            "--quiet",
+            "--constraint-add",
+            "node.role==worker",
+            service,
+        ],
+        check=True,
+        timeout=300,
+        stdout=subprocess.DEVNULL,
+    )
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each target, in turns")
@@ -95,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 name = f"bench-hop-{target}"
                 _, pushed, _ = push(ONE_HOP, env, "--target", target, "--name", name, "--timeout", "300")
                 urls[target] = _loopback(pushed["entrypoint_url"])
+            _move_to_worker("bench-hop-swarm_bench-hop-swarm-back")
             placement = _back_node(engine, "bench-hop-swarm")
             harness.log_stderr(f"on the swarm: {placement}")
             for n in range(args.rounds):

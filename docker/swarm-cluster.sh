@@ -25,8 +25,11 @@
 # bridge and firewall rules node 1 added for swarm (docker_gwbridge, DOCKER-INGRESS), and any
 # mount left under FOLDER; it fails loudly when something could not be removed.
 #
-# Needs root, dockerd, iproute2 and iptables (Debian: apt-get install -y docker.io iproute2).
-# CHAINS_SWARM_SUBNET (default 10.213.7.0) picks the /30 of the link.
+# One cluster per machine at a time: node 1's docker_gwbridge and VXLAN port are the host's
+# (`start` refuses when docker_gwbridge exists). Engines started by start-engine.sh, which do
+# not run swarm mode, can run beside it.
+# Needs root, dockerd, iproute2 and iptables (Debian: apt-get install -y docker.io iproute2
+# iptables). CHAINS_SWARM_SUBNET (default 10.213.7.0) picks the /30 of the link.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -204,19 +207,24 @@ stop)
     "$here/start-engine.sh" --stop "$node1"
     # Whatever the engines started and left (containerd shims after a SIGKILL): only processes
     # whose command line names this cluster's folder.
-    for proc in /proc/[0-9]*; do
-        pid="${proc#/proc/}"
-        if tr '\0' ' ' <"$proc/cmdline" 2>/dev/null | grep -qF -- "$dir/"; then
-            [[ $pid == "$$" ]] && continue
-            stop_pid "$pid" "leftover process $(tr '\0' ' ' <"$proc/cmdline" | cut -c1-80)"
-            kill -0 "$pid" 2>/dev/null && problems+=("process $pid still runs")
-        fi
+    for cmdline in $(grep -lsF -- "$dir/" /proc/[0-9]*/cmdline || true); do
+        pid="${cmdline#/proc/}"
+        pid="${pid%/cmdline}"
+        [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
+        stop_pid "$pid" "leftover process $(tr '\0' ' ' <"$cmdline" 2>/dev/null | cut -c1-80)"
+        kill -0 "$pid" 2>/dev/null && problems+=("process $pid still runs")
     done
     if ip netns list | grep -qw "$netns"; then
         ip netns del "$netns" || problems+=("network namespace $netns")
     fi
+    # Deleting the namespace deletes the pair's other end, and with it this one, a moment later.
+    for _ in $(seq 1 50); do
+        ip link show "$veth_host" >/dev/null 2>&1 || break
+        sleep 0.1
+    done
     if ip link show "$veth_host" >/dev/null 2>&1; then
-        ip link del "$veth_host" || problems+=("veth $veth_host")
+        ip link del "$veth_host" 2>/dev/null || ! ip link show "$veth_host" >/dev/null 2>&1 \
+            || problems+=("veth $veth_host")
     fi
     # What node 1's swarm mode added to this host's namespace. No other engine here runs swarm
     # (start refuses when docker_gwbridge exists), so these are this cluster's.

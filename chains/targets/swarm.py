@@ -66,7 +66,10 @@ __all__ = ["SwarmTarget", "node_engines"]
 LABEL = "chains.chain"
 STACK_LABEL = "com.docker.stack.namespace"  # what `docker stack deploy` labels its objects with
 DEPLOY_TIMEOUT_SEC = 120.0  # `docker stack deploy` itself; readiness is bounded by --timeout
-STOP_TIMEOUT_SEC = 60.0  # beyond the grace: tasks to shut down, the network to go
+STOP_TIMEOUT_SEC = 60.0
+COPY_TIMEOUT_SEC = (
+    1800.0  # the images of one push into one node  # beyond the grace: tasks to shut down, the network to go
+)
 _POLL_SEC = 0.5
 _LOG_TAIL_LINES = 30
 _FAILED_TASKS_LIMIT = 3  # a service whose new tasks fail this often fails the push
@@ -117,6 +120,13 @@ class SwarmTarget:
 
         engine = connect()
         manager = _manager_info(engine)
+        count = len(engine.client.nodes.list())
+        if count > 1 and not node_engines():
+            raise ChainsUsageError(
+                f"the swarm has {count} nodes and the images are built on the manager only; name the "
+                "other nodes' engines in CHAINS_SWARM_NODES (e.g. CHAINS_SWARM_NODES='ssh://node2 "
+                "tcp://node3:2376') so that chains loads the images there"
+            )
         stack = _Stack.of(chain.name)
         previous = current_state(chain.name)
         existing = _services(engine, stack)
@@ -178,12 +188,6 @@ class SwarmTarget:
         """Load every image into every other node's engine that does not have it yet."""
         nodes = engine.client.nodes.list()
         addresses = node_engines()
-        if len(nodes) > 1 and not addresses:
-            raise ChainsUsageError(
-                f"the swarm has {len(nodes)} nodes and the images are built on the manager only; name the "
-                "other nodes' engines in CHAINS_SWARM_NODES (e.g. CHAINS_SWARM_NODES='ssh://node2 "
-                "tcp://node3:2376') so that chains loads the images there"
-            )
         seen = {manager["NodeID"]}
         for address in addresses:
             other = _connect_node(address)
@@ -194,18 +198,18 @@ class SwarmTarget:
                     f"{manager['Cluster']}; join it (docker swarm join) or leave it out"
                 )
             seen.add(node_id)
-            for tag in sorted(set(images.values())):
-                wanted = engine.image_id(tag)
-                if wanted and other.image_id(tag) == wanted:
-                    continue
-                started = time.monotonic()
-                _copy_image(engine, other, tag)
-                self.log(f"loaded image {tag} into {address} in {time.monotonic() - started:.1f}s")
+            missing = [t for t in sorted(set(images.values())) if other.image_id(t) != engine.image_id(t)]
             other.client.close()
-        missing = [n for n in nodes if n.id not in seen and _node_ready(n.attrs)]
-        if missing:
+            if missing:
+                started = time.monotonic()
+                _copy_images(address, missing)
+                self.log(
+                    f"loaded {len(missing)} image(s) into {address} in {time.monotonic() - started:.1f}s"
+                )
+        unknown = [n for n in nodes if n.id not in seen and _node_ready(n.attrs)]
+        if unknown:
             names = ", ".join(
-                str((n.attrs.get("Description") or {}).get("Hostname") or n.id) for n in missing
+                str((n.attrs.get("Description") or {}).get("Hostname") or n.id) for n in unknown
             )
             self.log(
                 f"warning: no engine address for node(s) {names} in CHAINS_SWARM_NODES: tasks placed "
@@ -285,12 +289,7 @@ class SwarmTarget:
         return DEFAULT_ENTRY_PORT
 
     def _deploy(self, stack: _Stack, stack_file: Path) -> None:
-        cli = shutil.which("docker")
-        if cli is None:
-            raise ChainsUsageError(
-                "the swarm target runs `docker stack deploy`, and the docker command is missing: "
-                "install the Docker CLI (Debian: apt-get install docker.io)"
-            )
+        cli = _docker_cli()
         # --resolve-image never: the images are on the nodes already, under tags no registry
         # knows; each task starts from the node's own copy.
         command = [
@@ -569,14 +568,42 @@ def _connect_node(address: str) -> Engine:
     return Engine(client)
 
 
-def _copy_image(source: Engine, target: Engine, tag: str) -> None:
-    """``docker save TAG | docker -H TARGET load``, streamed: the image is never held whole."""
+def _copy_images(address: str, tags: list[str]) -> None:
+    """``docker save TAGS | docker -H ADDRESS load``: one archive, so that the layers the images
+    share (the base image, the dependencies) travel once; streamed, never held whole."""
+    cli = _docker_cli()
+    save = subprocess.Popen([cli, "save", *tags], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        chunks = source.client.api.get_image(tag, chunk_size=1 << 20)
-        for _ in target.client.api.load_image(chunks, quiet=True):  # type: ignore[no-untyped-call]
-            pass
-    except source.errors.DockerException as exc:
-        raise ChainsRuntimeError(f"could not load image {tag} into another node: {exc}") from None
+        load = subprocess.run(
+            [cli, "-H", address, "load", "-q"],
+            stdin=save.stdout,
+            capture_output=True,
+            text=True,
+            timeout=COPY_TIMEOUT_SEC,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        save.kill()
+        raise ChainsRuntimeError(
+            f"loading the images into {address} took more than {COPY_TIMEOUT_SEC:.0f}s"
+        ) from None
+    finally:
+        if save.stdout is not None:
+            save.stdout.close()
+    saved = save.wait(60)
+    if saved != 0 or load.returncode != 0:
+        reason = (save.stderr.read().decode(errors="replace") if save.stderr else "") or load.stderr
+        raise ChainsRuntimeError(f"could not load the images into {address}: {reason.strip()}")
+
+
+def _docker_cli() -> str:
+    cli = shutil.which("docker")
+    if cli is None:
+        raise ChainsUsageError(
+            "the swarm target runs `docker stack deploy` and `docker save | docker load`, and the docker "
+            "command is missing: install the Docker CLI (Debian: apt-get install docker.io)"
+        )
+    return cli
 
 
 def _same_spec(task: dict[str, Any], template: dict[str, Any]) -> bool:

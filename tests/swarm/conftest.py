@@ -2,7 +2,8 @@
 
 The session's ``swarm`` fixture starts the cluster once with ``docker/swarm-cluster.sh`` (node 1
 in this host's namespace, node 2 behind a veth pair), puts the chainlets' base image
-``CHAINS_TEST_BASE_IMAGE`` (default ``chains-python:bookworm``) on both nodes, and removes it
+``CHAINS_TEST_BASE_IMAGE`` (default ``chains-python:bookworm``) on node 1, the manager, where
+pushes build (node 2 gets the layers with the images each push loads there), and removes it
 all at the end. The base image is copied from the engine ``DOCKER_HOST`` names when that one
 has it (CI builds it there), else built on node 1 with ``docker/build-base-image.sh``.
 
@@ -124,7 +125,8 @@ def _checks() -> None:
 
 
 def _place_base_image(swarm: Swarm, outer: str | None) -> None:
-    """The base image on node 1 (copied from ``outer``, else built), then on node 2."""
+    """The base image on node 1 (copied from ``outer``, else built). Node 2 gets its layers
+    with the chainlets' images, which the push loads there."""
     env = {**os.environ}
 
     def has(host: str) -> bool:
@@ -154,8 +156,6 @@ def _place_base_image(swarm: Swarm, outer: str | None) -> None:
         else:
             env["DOCKER_HOST"] = swarm.node1
             run(str(ROOT / "docker" / "build-base-image.sh"), BASE_IMAGE, env=env, timeout=1200)
-    if not has(swarm.node2):
-        copy(swarm.node1, swarm.node2)
 
 
 @pytest.fixture(scope="session")
