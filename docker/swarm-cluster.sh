@@ -29,7 +29,9 @@
 # (`start` refuses when docker_gwbridge exists). Engines started by start-engine.sh, which do
 # not run swarm mode, can run beside it.
 # Needs root, dockerd, iproute2 and iptables (Debian: apt-get install -y docker.io iproute2
-# iptables). CHAINS_SWARM_SUBNET (default 10.213.7.0) picks the /30 of the link.
+# iptables). CHAINS_SWARM_SUBNET (default 10.213.7.0) picks the /30 of the link. Each node's
+# folder is a tmpfs of at most CHAINS_SWARM_TMPFS_MB (default 4096; 0: on disk) when the
+# machine has three times that memory available.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -143,6 +145,17 @@ start)
     if ip link show docker_gwbridge >/dev/null 2>&1; then
         die "docker_gwbridge already exists in this host's network namespace: another swarm engine runs here"
     fi
+    # Each node's folder (its images, layers, containers) on a tmpfs when memory allows: the
+    # engines' disk traffic is most of a test run's, and removing a tmpfs is one umount, where
+    # deleting tens of thousands of layer files takes minutes on a busy disk.
+    tmpfs_mb="${CHAINS_SWARM_TMPFS_MB:-4096}"
+    available_mb="$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)"
+    if ((tmpfs_mb > 0 && available_mb > 3 * tmpfs_mb)); then
+        for node in "$node1" "$node2"; do
+            mkdir -p "$node"
+            mount -t tmpfs -o "size=${tmpfs_mb}m,mode=0711" chains-swarm "$node"
+        done
+    fi
     # Node 1: this host's namespace, as start-engine.sh starts an engine.
     "$here/start-engine.sh" "$node1" >/dev/null
     # The link: a namespace and a veth pair with the two addresses of one /30.
@@ -241,7 +254,8 @@ stop)
                 || problems+=("iptables -t $table chain DOCKER-INGRESS")
         fi
     done
-    # Mounts the engines left under the folder (overlay layers, namespace files), deepest first.
+    # Mounts the engines left under the folder (overlay layers, namespace files), deepest first,
+    # and the nodes' tmpfs.
     while read -r mountpoint; do
         umount "$mountpoint" 2>/dev/null || umount -l "$mountpoint" || problems+=("mount $mountpoint")
     done < <(awk -v d="$dir/" 'index($2, d) == 1 { print $2 }' /proc/self/mounts | sort -r)
