@@ -120,7 +120,17 @@ class SwarmTarget:
 
         engine = connect()
         manager = _manager_info(engine)
-        count = len(engine.client.nodes.list())
+        nodes = engine.client.nodes.list()
+        count = len(nodes)
+        managers = sum(1 for n in nodes if (n.attrs.get("Spec") or {}).get("Role") == "manager")
+        wanted = chain.entrypoint.remote_config.compute.replicas
+        if wanted > managers:
+            raise ChainsUsageError(
+                f"the entrypoint {chain.entrypoint.name} asks for {wanted} replicas and the swarm has "
+                f"{managers} manager node(s): the entrypoint runs on managers, one per node, publishing its "
+                "port there; lower Compute(replicas=...) of the entrypoint or promote nodes "
+                "(docker node promote)"
+            )
         if count > 1 and not node_engines():
             raise ChainsUsageError(
                 f"the swarm has {count} nodes and the images are built on the manager only; name the "
