@@ -348,7 +348,11 @@ def swarm_document(
     ``secret_names`` maps each credential's variable (``CHAINS_INTERNAL_TOKEN``,
     ``CHAINS_API_KEY``, ``CHAINS_SECRET_<key>``) to the swarm secret that holds it, created
     beforehand: the file names secrets, never their values. One overlay network joins the
-    services, its traffic between nodes encrypted (IPsec) when ``encrypted``.
+    services, its traffic between nodes encrypted (IPsec) when ``encrypted``. For example::
+
+        document = swarm_document(wiring, {"Entry": "chains/hello-entry:3f2a"},
+                                  {"CHAINS_INTERNAL_TOKEN": "hello-internal-token-1a2b"})
+        json.dump(document, open("stack.json", "w"))  # then: docker stack deploy -c stack.json hello
     """
     extra = dict(labels or {})
     services = {

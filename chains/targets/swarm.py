@@ -66,15 +66,13 @@ __all__ = ["SwarmTarget", "node_engines"]
 LABEL = "chains.chain"
 STACK_LABEL = "com.docker.stack.namespace"  # what `docker stack deploy` labels its objects with
 DEPLOY_TIMEOUT_SEC = 120.0  # `docker stack deploy` itself; readiness is bounded by --timeout
-STOP_TIMEOUT_SEC = 60.0
-COPY_TIMEOUT_SEC = (
-    1800.0  # the images of one push into one node  # beyond the grace: tasks to shut down, the network to go
-)
+STOP_TIMEOUT_SEC = 60.0  # beyond the grace: tasks to shut down, the network to go
+COPY_TIMEOUT_SEC = 1800.0  # the images of one push into one node
 _POLL_SEC = 0.5
 _LOG_TAIL_LINES = 30
 _FAILED_TASKS_LIMIT = 3  # a service whose new tasks fail this often fails the push
 
-TaskState = Literal["starting", "ready", "restarting", "failed", "stopped"]
+TaskState = Literal["starting", "ready", "failed", "stopped"]
 
 
 def _stderr(line: str) -> None:
@@ -108,7 +106,14 @@ class _Stack:
 
 
 class SwarmTarget:
-    """Deploys, updates, watches and removes a chain's stack on a swarm."""
+    """Deploys, updates, watches and removes a chain's stack on a swarm.
+
+    Used through ``chains push FILE --target swarm`` or the Python API, with ``DOCKER_HOST``
+    naming a manager and ``CHAINS_SWARM_NODES`` the other nodes' engines::
+
+        with chains.push("chain.py", target="swarm") as chain:
+            print(chain.call(text="hi"))
+    """
 
     def __init__(self, log: Callable[[str], None] | None = None) -> None:
         self.log = log or _stderr
