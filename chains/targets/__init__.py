@@ -62,6 +62,7 @@ TARGETS: dict[str, tuple[str, str, str]] = {
     "local": ("chains.targets.local", "LocalTarget", "running"),
     "docker": ("chains.targets.docker", "DockerTarget", "running"),
     "ray": ("chains.targets.ray", "RayTarget", "running"),
+    "swarm": ("chains.targets.swarm", "SwarmTarget", "running"),
     "kubernetes": ("chains.targets.kubernetes", "KubernetesTarget", "export"),
     "compose": ("chains.targets.compose", "ComposeTarget", "export"),
     "truss": ("chains.targets.truss", "TrussTarget", "export"),

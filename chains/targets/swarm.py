@@ -1,0 +1,702 @@
+"""The swarm target: the chain as a Docker Swarm stack, its replicas spread over the swarm's nodes.
+
+``chains push FILE --target swarm`` talks to a swarm manager (the engine ``DOCKER_HOST``
+names). It builds the chainlets' images there as the docker target does, loads them into
+every other node's engine (``CHAINS_SWARM_NODES``: their addresses, space- or
+comma-separated; a swarm does not move images between nodes by itself), makes the chain's
+credentials swarm secrets, and runs ``docker stack deploy`` on the stack file that
+:func:`chains.targets.compose.swarm_document` describes:
+
+- one service per chainlet, its replicas placed by the swarm's scheduler, reached by its
+  dependants through the swarm's DNS (``endpoint_mode: dnsrr``: round robin over the tasks'
+  own addresses; virtual IPs need IPVS on every node);
+- one overlay network, encrypted between nodes (IPsec) unless ``CHAINS_SWARM_ENCRYPT=0``;
+- the internal token, the API key and the chain's secrets as swarm secrets, given to each
+  task as files, never written to the stack file or the services' environment;
+- the entrypoint published on its manager node's own address (``mode: host``);
+- health checks on ``/readyz``; a re-push rolls each service over (new task first, except
+  for the entrypoint, which holds a port) and rolls back one that does not become healthy.
+
+The push waits until every service runs its new tasks, healthy; ``status``, ``logs``,
+``call`` and ``stop`` work as on every running target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import queue
+import secrets
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from chains.checks import Chain
+from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.targets import PushOptions, running_target
+from chains.targets.compose import (
+    DEFAULT_ENTRY_PORT,
+    project_name,
+    swarm_document,
+    swarm_secret_variables,
+)
+from chains.targets.docker import DockerTarget
+from chains.targets.docker_engine import Engine, connect
+from chains.targets.state import (
+    ChainletProcess,
+    ChainState,
+    current_state,
+    forget,
+    make_current,
+    new_deployment_dir,
+    write_private,
+)
+from chains.targets.wiring import LABEL_NAME, PORT, ChainWiring, wire
+
+__all__ = ["SwarmTarget", "node_engines"]
+
+LABEL = "chains.chain"
+STACK_LABEL = "com.docker.stack.namespace"  # what `docker stack deploy` labels its objects with
+DEPLOY_TIMEOUT_SEC = 120.0  # `docker stack deploy` itself; readiness is bounded by --timeout
+STOP_TIMEOUT_SEC = 60.0  # beyond the grace: tasks to shut down, the network to go
+COPY_TIMEOUT_SEC = 1800.0  # the images of one push into one node
+_POLL_SEC = 0.5
+_LOG_TAIL_LINES = 30
+_FAILED_TASKS_LIMIT = 3  # a service whose new tasks fail this often fails the push
+
+TaskState = Literal["starting", "ready", "failed", "stopped"]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def node_engines() -> list[str]:
+    """The engine addresses of the swarm's other nodes, from ``CHAINS_SWARM_NODES``."""
+    raw = os.environ.get("CHAINS_SWARM_NODES", "")
+    return [part for part in raw.replace(",", " ").split() if part]
+
+
+def encryption_wanted() -> bool:
+    raw = os.environ.get("CHAINS_SWARM_ENCRYPT", "1").strip().lower()
+    if raw not in ("0", "1", "false", "true", "no", "yes"):
+        raise ChainsUsageError(f"CHAINS_SWARM_ENCRYPT={raw!r}: use 1 (the default) or 0")
+    return raw in ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class _Stack:
+    chain: str
+    name: str  # the stack's name: every service is <name>_<service>
+
+    @classmethod
+    def of(cls, chain: str) -> _Stack:
+        return cls(chain, project_name(chain))
+
+    def service(self, short: str) -> str:
+        return f"{self.name}_{short}"
+
+
+class SwarmTarget:
+    """Deploys, updates, watches and removes a chain's stack on a swarm.
+
+    Used through ``chains push FILE --target swarm`` or the Python API, with ``DOCKER_HOST``
+    naming a manager and ``CHAINS_SWARM_NODES`` the other nodes' engines::
+
+        with chains.push("chain.py", target="swarm") as chain:
+            print(chain.call(text="hi"))
+    """
+
+    def __init__(self, log: Callable[[str], None] | None = None) -> None:
+        self.log = log or _stderr
+
+    # -- push ------------------------------------------------------------------------------------
+
+    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
+        from codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
+
+        engine = connect()
+        manager = _manager_info(engine)
+        nodes = engine.client.nodes.list()
+        count = len(nodes)
+        managers = sum(1 for n in nodes if (n.attrs.get("Spec") or {}).get("Role") == "manager")
+        wanted = chain.entrypoint.remote_config.compute.replicas
+        if wanted > managers:
+            raise ChainsUsageError(
+                f"the entrypoint {chain.entrypoint.name} asks for {wanted} replicas and the swarm has "
+                f"{managers} manager node(s): the entrypoint runs on managers, one per node, publishing its "
+                "port there; lower Compute(replicas=...) of the entrypoint or promote nodes "
+                "(docker node promote)"
+            )
+        if count > 1 and not node_engines():
+            raise ChainsUsageError(
+                f"the swarm has {count} nodes and the images are built on the manager only; name the "
+                "other nodes' engines in CHAINS_SWARM_NODES (e.g. CHAINS_SWARM_NODES='ssh://node2 "
+                "tcp://node3:2376') so that chains loads the images there"
+            )
+        stack = _Stack.of(chain.name)
+        previous = current_state(chain.name)
+        existing = _services(engine, stack)
+        deploy_dir = new_deployment_dir(chain.name)
+        base_image = options.base_image or os.environ.get("CHAINS_BASE_IMAGE") or DEFAULT_BASE_IMAGE
+        created_secrets: list[str] = []
+        try:
+            result = generate(chain, source_file, deploy_dir / "generated", base_image=base_image)
+            # The docker target's builds, on the manager: same tags, same layer cache.
+            images = DockerTarget(self.log)._images(engine, chain, result, base_image)
+            self._distribute(engine, manager, images)
+            wiring = wire(
+                chain,
+                {name: c.code_version for name, c in result.chainlets.items()},
+                registry=None,
+                environment="swarm",
+            )
+            secret_names = self._secrets(engine, stack, wiring, options, deploy_dir.name, created_secrets)
+            entry_port = self._entry_port(options, previous)
+            document = swarm_document(
+                wiring,
+                images,
+                secret_names,
+                entry_port=entry_port,
+                encrypted=encryption_wanted(),
+                labels={LABEL: chain.name, "chains.deployment": deploy_dir.name},
+            )
+            stack_file = deploy_dir / "stack.json"
+            # JSON is YAML: the stack file names secrets, never holds them.
+            stack_file.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+            started = time.monotonic()
+            self.log(f"deploying stack {stack.name} ({len(wiring.chainlets)} service(s)) on the swarm")
+            self._deploy(stack, stack_file)
+            self._wait(engine, stack, wiring, options.timeout)
+            self.log(f"every service runs healthy after {time.monotonic() - started:.1f}s")
+            state = self._state(engine, stack, chain, wiring, deploy_dir.name, source_file, entry_port)
+            state.base_image = base_image
+            write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
+        except BaseException:
+            if not existing:
+                # A first push leaves nothing behind; a failed update was rolled back by the swarm.
+                with contextlib.suppress(ChainsRuntimeError):
+                    self._remove_stack(engine, stack, grace=1.0)
+            for name in created_secrets:
+                with contextlib.suppress(Exception):
+                    engine.client.secrets.get(name).remove()
+            shutil.rmtree(deploy_dir, ignore_errors=True)
+            raise
+        make_current(chain.name, deploy_dir)
+        if previous is not None:
+            if previous.target != "swarm":
+                with contextlib.suppress(ChainsRuntimeError):
+                    running_target(previous.target).stop(previous, grace=15.0)
+            forget(chain.name, keep=deploy_dir.name)
+        self._remove_unused_secrets(engine, chain.name)
+        return state
+
+    def _distribute(self, engine: Engine, manager: dict[str, Any], images: dict[str, str]) -> None:
+        """Load every image into every other node's engine that does not have it yet."""
+        nodes = engine.client.nodes.list()
+        addresses = node_engines()
+        seen = {manager["NodeID"]}
+        for address in addresses:
+            other = _connect_node(address)
+            node_id = ((other.client.info().get("Swarm") or {}).get("NodeID")) or ""
+            if node_id not in {n.id for n in nodes}:
+                raise ChainsUsageError(
+                    f"the engine at {address} (CHAINS_SWARM_NODES) is not a node of the swarm "
+                    f"{manager['Cluster']}; join it (docker swarm join) or leave it out"
+                )
+            seen.add(node_id)
+            missing = [t for t in sorted(set(images.values())) if other.image_id(t) != engine.image_id(t)]
+            other.client.close()
+            if missing:
+                started = time.monotonic()
+                _copy_images(address, missing)
+                self.log(
+                    f"loaded {len(missing)} image(s) into {address} in {time.monotonic() - started:.1f}s"
+                )
+        unknown = [n for n in nodes if n.id not in seen and _node_ready(n.attrs)]
+        if unknown:
+            names = ", ".join(
+                str((n.attrs.get("Description") or {}).get("Hostname") or n.id) for n in unknown
+            )
+            self.log(
+                f"warning: no engine address for node(s) {names} in CHAINS_SWARM_NODES: tasks placed "
+                "there can only start if the images are there already"
+            )
+
+    def _secrets(
+        self,
+        engine: Engine,
+        stack: _Stack,
+        wiring: ChainWiring,
+        options: PushOptions,
+        deploy_id: str,
+        created: list[str],
+    ) -> dict[str, str]:
+        """Every credential as a swarm secret: variable name -> secret name.
+
+        The internal token is made once per chain and kept across pushes, so that old and new
+        tasks trust each other while a rolling update runs. The API key and the chain's secrets
+        may change from push to push: each push makes its own.
+        """
+        names: dict[str, str] = {}
+        labels = {LABEL: stack.chain}
+        token = [
+            s
+            for s in engine.client.secrets.list(filters={"label": f"{LABEL}={stack.chain}"})
+            if (s.attrs.get("Spec", {}).get("Labels") or {}).get("chains.secret") == "CHAINS_INTERNAL_TOKEN"
+        ]
+        if token:
+            names["CHAINS_INTERNAL_TOKEN"] = str(token[0].name)
+        else:
+            name = f"{stack.name}-internal-token-{secrets.token_hex(4)}"
+            engine.client.secrets.create(
+                name=name,
+                data=secrets.token_urlsafe(32).encode(),
+                labels={**labels, "chains.secret": "CHAINS_INTERNAL_TOKEN"},
+            )
+            created.append(name)
+            names["CHAINS_INTERNAL_TOKEN"] = name
+        values: dict[str, str] = {}
+        if options.api_key:
+            values["CHAINS_API_KEY"] = options.api_key
+        for chainlet in wiring.chainlets:
+            for variable in swarm_secret_variables(wiring, chainlet, False)[1:]:
+                key = variable[len("CHAINS_SECRET_") :]
+                if key in options.secrets:
+                    values[variable] = options.secrets[key]
+        for variable, value in sorted(values.items()):
+            name = f"{stack.name}-{variable.lower().replace('_', '-')}-{deploy_id[-6:]}"
+            engine.client.secrets.create(
+                name=name,
+                data=value.encode(),
+                labels={**labels, "chains.secret": variable, "chains.deployment": deploy_id},
+            )
+            created.append(name)
+            names[variable] = name
+        missing = sorted(
+            {
+                variable
+                for chainlet in wiring.chainlets
+                for variable in swarm_secret_variables(wiring, chainlet, bool(options.api_key))
+                if variable not in names
+            }
+        )
+        if missing:
+            keys = ", ".join(m.removeprefix("CHAINS_SECRET_") for m in missing)
+            raise ChainsUsageError(
+                f"no value for secret(s) {keys}: pass --secret KEY=VALUE or --secrets-file"
+            )
+        return names
+
+    def _entry_port(self, options: PushOptions, previous: ChainState | None) -> int:
+        if options.entry_port is not None:
+            return options.entry_port
+        if previous is not None and previous.target == "swarm":
+            return int(previous.entrypoint_url.rsplit(":", 1)[1])
+        return DEFAULT_ENTRY_PORT
+
+    def _deploy(self, stack: _Stack, stack_file: Path) -> None:
+        cli = _docker_cli()
+        # --resolve-image never: the images are on the nodes already, under tags no registry
+        # knows; each task starts from the node's own copy.
+        command = [
+            cli,
+            "stack",
+            "deploy",
+            "--resolve-image",
+            "never",
+            "--prune",
+            "-c",
+            str(stack_file),
+            stack.name,
+        ]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=DEPLOY_TIMEOUT_SEC, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise ChainsRuntimeError(
+                f"`docker stack deploy` did not finish within {DEPLOY_TIMEOUT_SEC:.0f}s"
+            ) from None
+        if done.returncode != 0:
+            raise ChainsRuntimeError(
+                f"`docker stack deploy` failed (exit {done.returncode}): "
+                f"{done.stderr.strip() or done.stdout.strip()}"
+            )
+
+    def _wait(self, engine: Engine, stack: _Stack, wiring: ChainWiring, timeout: float) -> None:
+        """Until every service runs as many healthy tasks of its current spec as it asks for."""
+        deadline = time.monotonic() + timeout
+        waiting = {stack.service(c.service): c.spec.remote_config.compute.replicas for c in wiring.chainlets}
+        while waiting:
+            for name, replicas in list(waiting.items()):
+                service = _service(engine, name)
+                update = (service.attrs.get("UpdateStatus") or {}).get("State")
+                if update in ("rollback_started", "rollback_completed", "rollback_paused", "paused"):
+                    message = (service.attrs.get("UpdateStatus") or {}).get("Message", "")
+                    raise ChainsRuntimeError(
+                        f"the update of service {name} failed and the swarm rolled it back ({update}: "
+                        f"{message}){self._service_tail(service)}"
+                    )
+                template = service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]
+                current = [t for t in service.tasks() if _same_spec(t, template)]
+                running = [
+                    t for t in current if _task_state(t) == "ready" and t.get("DesiredState") == "running"
+                ]
+                failed = [t for t in current if t.get("Status", {}).get("State") in ("failed", "rejected")]
+                if len(failed) >= _FAILED_TASKS_LIMIT * replicas:
+                    errors = sorted(
+                        {str(t["Status"].get("Err") or t["Status"].get("Message")) for t in failed}
+                    )
+                    raise ChainsRuntimeError(
+                        f"service {name} failed to start {len(failed)} times: {'; '.join(errors)}"
+                        f"{self._service_tail(service)}"
+                    )
+                if len(running) >= replicas and update in (None, "completed"):
+                    del waiting[name]
+            if waiting and time.monotonic() > deadline:
+                tails = "".join(self._service_tail(_service(engine, n)) for n in waiting)
+                raise ChainsRuntimeError(
+                    f"not healthy after {timeout:.0f}s: {', '.join(waiting)} "
+                    f"(raise --timeout if they are slow){tails}"
+                )
+            if waiting:
+                time.sleep(_POLL_SEC)
+
+    def _service_tail(self, service: Any) -> str:
+        with contextlib.suppress(Exception):
+            chunks = service.logs(stdout=True, stderr=True, tail=_LOG_TAIL_LINES)
+            text = b"".join(chunks).decode(errors="replace").rstrip()
+            if text:
+                return f"\n--- last lines of {service.name} ---\n{text}"
+        return ""
+
+    def _state(
+        self,
+        engine: Engine,
+        stack: _Stack,
+        chain: Chain,
+        wiring: ChainWiring,
+        deploy_id: str,
+        source_file: Path,
+        entry_port: int,
+    ) -> ChainState:
+        state = ChainState(
+            chain=chain.name,
+            deployment=deploy_id,
+            target="swarm",
+            source=str(source_file),
+            entrypoint=chain.entrypoint.name,
+            entrypoint_kind=chain.entrypoint.endpoint.output_kind,
+            entrypoint_url=f"http://127.0.0.1:{entry_port}",
+            processes=[],
+        )
+        state.processes = [
+            ChainletProcess(chainlet=c.name, replica=0, port=PORT, url="") for c in wiring.chainlets
+        ]  # the chainlets' order, for _refresh
+        self._refresh(engine, state)
+        return state
+
+    # -- status, logs, stop ----------------------------------------------------------------------
+
+    def _refresh(self, engine: Engine, state: ChainState) -> bool:
+        """Read every task of the chain's stack into ``state.processes``; whether each of its
+        chainlets runs as many healthy tasks as it asks for."""
+        stack = _Stack.of(state.chain)
+        nodes = {n.id: n.attrs for n in engine.client.nodes.list()}
+        entry_port = int(state.entrypoint_url.rsplit(":", 1)[1])
+        found = {_chainlet_of(s): s for s in _services(engine, stack)}
+        order = state.chainlet_names() or [state.entrypoint]
+        processes: list[ChainletProcess] = []
+        complete = all(name in found for name in order)
+        for chainlet in [*order, *sorted(set(found) - set(order))]:
+            service = found.get(chainlet)
+            if service is None:
+                continue
+            spec = service.attrs["Spec"]
+            short = service.name.removeprefix(f"{stack.name}_")
+            wanted = int((spec.get("Mode", {}).get("Replicated") or {}).get("Replicas", 1))
+            tasks = [t for t in service.tasks() if t.get("DesiredState") == "running"]
+            tasks.sort(key=lambda t: int(t.get("Slot") or 0))
+            ready = 0
+            is_entry = chainlet == state.entrypoint
+            for task in tasks:
+                node = nodes.get(str(task.get("NodeID")), {})
+                status = _task_state(task)
+                ready += status == "ready"
+                url = f"http://{_node_address(node)}:{entry_port}" if is_entry else f"http://{short}:{PORT}"
+                processes.append(
+                    ChainletProcess(
+                        chainlet=chainlet,
+                        replica=max(int(task.get("Slot") or 1) - 1, 0),
+                        port=entry_port if is_entry else PORT,
+                        url=url,
+                        state=status,
+                        started_at=_timestamp(task.get("Status", {}).get("Timestamp")) or time.time(),
+                        container=f"{service.name}.{task.get('Slot')} on {_node_name(node)}",
+                        image=spec["TaskTemplate"]["ContainerSpec"]["Image"],
+                    )
+                )
+                if is_entry and status == "ready":
+                    state.entrypoint_url = url
+            complete = complete and ready >= wanted
+        state.processes = processes
+        return complete
+
+    def alive(self, state: ChainState) -> bool:
+        """Whether every service runs all its replicas, healthy; refreshes each task's state."""
+        try:
+            engine = connect(timeout=10)
+        except ChainsRuntimeError:
+            return False
+        try:
+            return self._refresh(engine, state)
+        except engine.errors.APIError:  # e.g. the engine is no swarm manager (any more)
+            return False
+
+    def logs(self, state: ChainState, chainlet: str | None, follow: bool, lines: int) -> Iterator[str]:
+        engine = connect()
+        services = {_chainlet_of(s): s for s in _services(engine, _Stack.of(state.chain))}
+        order = {name: i for i, name in enumerate(state.chainlet_names())}
+        found = sorted(
+            ((name, s) for name, s in services.items() if chainlet in (None, name)),
+            key=lambda item: order.get(item[0], len(order)),
+        )
+        if not found:
+            raise ChainsRuntimeError(
+                f"chain {state.chain!r} has no services on the swarm any more; push it again"
+            )
+        if len(found) == 1:
+            yield from _log_lines(found[0][1], follow, lines)
+            return
+        if not follow:
+            for name, service in found:
+                for line in _log_lines(service, False, lines):
+                    yield f"{name} | {line}"
+            return
+        yield from _merged(found, lines)
+
+    def stop(self, state: ChainState, grace: float) -> None:
+        """Remove the chain's services (each task gets SIGTERM and its stop grace period to
+        drain), then its network and its secrets."""
+        try:
+            engine = connect()
+        except ChainsRuntimeError as exc:
+            raise ChainsRuntimeError(
+                f"{exc}\nchain {state.chain!r} was not stopped: its services may still run; run "
+                f"`chains stop {state.chain}` again once the manager answers"
+            ) from None
+        self._remove_stack(engine, _Stack.of(state.chain), grace)
+        problems = []
+        for secret in engine.client.secrets.list(filters={"label": f"{LABEL}={state.chain}"}):
+            try:
+                secret.remove()
+            except engine.errors.NotFound:
+                pass
+            except engine.errors.DockerException as exc:
+                problems.append(f"secret {secret.name}: {exc}")
+        if problems:
+            raise ChainsRuntimeError(
+                f"chain {state.chain!r} was not fully removed:\n  " + "\n  ".join(problems)
+            )
+
+    def _remove_stack(self, engine: Engine, stack: _Stack, grace: float) -> None:
+        for service in _services(engine, stack):
+            with contextlib.suppress(engine.errors.NotFound):
+                service.remove()
+        # The network goes once its tasks are gone (each gets its stop grace period to drain),
+        # and is gone only once the manager no longer lists it: a deploy right after would
+        # otherwise find it and not make it again.
+        deadline = time.monotonic() + grace + STOP_TIMEOUT_SEC
+        problems: list[str] = []
+        while True:
+            problems = []
+            networks = engine.client.networks.list(filters={"label": f"{STACK_LABEL}={stack.name}"})
+            if not networks:
+                return
+            for network in networks:
+                try:
+                    network.remove()
+                except engine.errors.NotFound:
+                    pass
+                except engine.errors.DockerException as exc:
+                    problems.append(f"network {network.name}: {exc}")
+            if time.monotonic() > deadline:
+                break
+            time.sleep(_POLL_SEC)
+        left = problems or [f"network {n.name} is still listed" for n in networks]
+        raise ChainsRuntimeError(f"stack {stack.name} was not fully removed:\n  " + "\n  ".join(left))
+
+    def _remove_unused_secrets(self, engine: Engine, chain: str) -> None:
+        """Secrets of earlier pushes that no service refers to any more."""
+        used = {
+            str(ref.get("SecretName"))
+            for service in engine.client.services.list(filters={"label": f"{LABEL}={chain}"})
+            for ref in service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"].get("Secrets") or []
+        }
+        for secret in engine.client.secrets.list(filters={"label": f"{LABEL}={chain}"}):
+            if secret.name not in used:
+                with contextlib.suppress(engine.errors.DockerException):
+                    secret.remove()
+
+
+def _chainlet_of(service: Any) -> str:
+    return str((service.attrs["Spec"].get("Labels") or {}).get(LABEL_NAME) or service.name)
+
+
+def _service(engine: Engine, name: str) -> Any:
+    return engine.client.services.get(name)  # type: ignore[no-untyped-call]
+
+
+def _services(engine: Engine, stack: _Stack) -> list[Any]:
+    return list(engine.client.services.list(filters={"label": f"{STACK_LABEL}={stack.name}"}))
+
+
+def _manager_info(engine: Engine) -> dict[str, Any]:
+    info = engine.client.info().get("Swarm") or {}
+    if info.get("LocalNodeState") != "active" or not info.get("ControlAvailable"):
+        raise ChainsUsageError(
+            f"the engine at {os.environ.get('DOCKER_HOST') or 'the default socket'} is not a swarm manager "
+            f"(swarm state: {info.get('LocalNodeState') or 'inactive'}); point DOCKER_HOST at a manager, "
+            "or make this engine one with `docker swarm init`"
+        )
+    return {"NodeID": info.get("NodeID"), "Cluster": (info.get("Cluster") or {}).get("ID", "")}
+
+
+def _connect_node(address: str) -> Engine:
+    sdk = __import__("docker")
+    try:
+        client = sdk.DockerClient(base_url=address, timeout=600)
+        client.ping()
+    except sdk.errors.DockerException as exc:
+        raise ChainsRuntimeError(
+            f"the swarm node engine {address} (CHAINS_SWARM_NODES) does not answer: {exc}"
+        ) from None
+    return Engine(client)
+
+
+def _copy_images(address: str, tags: list[str]) -> None:
+    """``docker save TAGS | docker -H ADDRESS load``: one archive, so that the layers the images
+    share (the base image, the dependencies) travel once; streamed, never held whole."""
+    cli = _docker_cli()
+    save = subprocess.Popen([cli, "save", *tags], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        load = subprocess.run(
+            [cli, "-H", address, "load", "-q"],
+            stdin=save.stdout,
+            capture_output=True,
+            text=True,
+            timeout=COPY_TIMEOUT_SEC,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        save.kill()
+        raise ChainsRuntimeError(
+            f"loading the images into {address} took more than {COPY_TIMEOUT_SEC:.0f}s"
+        ) from None
+    finally:
+        if save.stdout is not None:
+            save.stdout.close()
+    saved = save.wait(60)
+    if saved != 0 or load.returncode != 0:
+        reason = (save.stderr.read().decode(errors="replace") if save.stderr else "") or load.stderr
+        raise ChainsRuntimeError(f"could not load the images into {address}: {reason.strip()}")
+
+
+def _docker_cli() -> str:
+    cli = shutil.which("docker")
+    if cli is None:
+        raise ChainsUsageError(
+            "the swarm target runs `docker stack deploy` and `docker save | docker load`, and the docker "
+            "command is missing: install the Docker CLI (Debian: apt-get install docker.io)"
+        )
+    return cli
+
+
+def _same_spec(task: dict[str, Any], template: dict[str, Any]) -> bool:
+    spec = (task.get("Spec") or {}).get("ContainerSpec") or {}
+    return bool(
+        spec.get("Image") == template.get("Image")
+        and _digest(spec.get("Secrets")) == _digest(template.get("Secrets"))
+        and spec.get("Env") == template.get("Env")
+    )
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def _task_state(task: dict[str, Any]) -> TaskState:
+    state = str(task.get("Status", {}).get("State") or "")
+    if state == "running":
+        return "ready"  # a task with a health check turns running once healthy
+    if state in ("failed", "rejected", "orphaned"):
+        return "failed"
+    if state in ("shutdown", "complete", "remove"):
+        return "stopped"
+    return "starting"
+
+
+def _node_ready(attrs: dict[str, Any]) -> bool:
+    return (attrs.get("Status") or {}).get("State") == "ready"
+
+
+def _node_address(node: dict[str, Any]) -> str:
+    address = str((node.get("Status") or {}).get("Addr") or "")
+    if address in ("", "0.0.0.0"):
+        # Some engines report a manager's own address only as the one it serves the swarm on.
+        address = str((node.get("ManagerStatus") or {}).get("Addr") or "127.0.0.1").rsplit(":", 1)[0]
+    return address
+
+
+def _node_name(node: dict[str, Any]) -> str:
+    return str((node.get("Description") or {}).get("Hostname") or node.get("ID") or "?")
+
+
+def _timestamp(text: object) -> float | None:
+    from chains.targets.docker import _started_at
+
+    return _started_at({"State": {"StartedAt": text}}) if text else None
+
+
+def _log_lines(service: Any, follow: bool, lines: int) -> Iterator[str]:
+    stream = service.logs(stdout=True, stderr=True, follow=follow, tail=lines)
+    pending = b""
+    for chunk in stream:
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            yield line.decode(errors="replace").rstrip("\r")
+    if pending:
+        yield pending.decode(errors="replace")
+
+
+def _merged(found: list[tuple[str, Any]], lines: int) -> Iterator[str]:
+    """Follow several services' logs at once, each line prefixed with its chainlet."""
+    lines_queue: queue.Queue[str] = queue.Queue(maxsize=10_000)
+    done = threading.Event()
+
+    def pump(name: str, service: Any) -> None:
+        with contextlib.suppress(Exception):
+            for line in _log_lines(service, True, lines):
+                if done.is_set():
+                    return
+                lines_queue.put(f"{name} | {line}")
+
+    threads = [threading.Thread(target=pump, args=item, daemon=True) for item in found]
+    for thread in threads:
+        thread.start()
+    try:
+        while any(t.is_alive() for t in threads) or not lines_queue.empty():
+            with contextlib.suppress(queue.Empty):
+                yield lines_queue.get(timeout=0.2)
+    finally:
+        done.set()
