@@ -39,6 +39,8 @@ from chains.targets.state import (
 )
 from chains.targets.supervisor import PID_FILE, control_socket_path
 from chains.targets.wiring import drain_grace
+from chains.tracing import STORE_ENV
+from chains.tracing.store import store_path
 
 __all__ = ["LocalTarget", "control", "follow_files", "running_deployments"]
 
@@ -281,6 +283,9 @@ def _environment(chain: Chain, name: str, token: str, options: PushOptions) -> d
             "CHAINS_IS_ENTRYPOINT": "1" if spec is chain.entrypoint else "0",
             "CHAINS_ENVIRONMENT": "local",
             "PYTHONUNBUFFERED": "1",
+            # The chain's recent traces, kept locally (CHAINS_TRACE_STORE=off in push's
+            # environment turns that off; OTEL_EXPORTER_OTLP_ENDPOINT adds a collector).
+            STORE_ENV: os.environ.get(STORE_ENV) or str(store_path(chain_dir(chain.name))),
         }
     )
     for key in spec.remote_config.assets.secret_keys:
