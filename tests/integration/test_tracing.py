@@ -224,7 +224,8 @@ def test_a_three_hop_call_with_a_retry_and_a_stream_is_one_trace(tmp_path: Path,
         assert failed_leaf.attributes["http.response.status_code"] == 500
         assert leaf.attributes["chains.stream.items"] == 3
         assert leaf.status_code != STATUS_ERROR
-        assert set(by_id) == {s.span_id for s in (entry, call_middle, middle, first, second, failed_leaf, leaf)}
+        every = (entry, call_middle, middle, first, second, failed_leaf, leaf)
+        assert set(by_id) == {s.span_id for s in every}
 
         # The same trace in the local store, drawn by `chains trace`.
         wait_until(
@@ -250,9 +251,8 @@ def test_a_call_without_traceparent_starts_a_trace_named_by_its_request_id(tmp_p
         answer = httpx.post(pushed["entrypoint_url"] + "/run_remote", json={"text": "a b"}, timeout=30)
         assert answer.status_code == 200, answer.text
         request_id = answer.headers["x-chains-request-id"]
-        wait_until(
-            lambda: cli.run("trace", "traced", request_id, check=False).returncode == 0, 20, "the trace stored"
-        )
+        stored_at_all = lambda: cli.run("trace", "traced", request_id, check=False).returncode == 0  # noqa: E731
+        wait_until(stored_at_all, 20, "the trace stored")
         wait_until(
             lambda: len(json.loads(cli.run("trace", "traced", request_id, "--json").stdout)) == 7,
             20,
