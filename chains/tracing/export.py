@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
-from chains.tracing.store import SpanRecord, write_spans
+from chains.tracing.store import SpanRecord, SpanWriter
 
 __all__ = ["StoreExporter", "to_record"]
 
@@ -26,13 +26,14 @@ class StoreExporter(SpanExporter):
 
     def __init__(self, path: Path, keep: int = 1000) -> None:
         self.path = path
-        self.keep = keep
+        self._writer = SpanWriter(path, keep)
         self._warned = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
-            write_spans(self.path, [to_record(span) for span in spans], self.keep)
+            self._writer.write([to_record(span) for span in spans])
         except Exception as exc:
+            self._writer.close()  # a fresh connection next time, in case this one is broken
             # Tracing must never break serving: say so once, then keep serving.
             if not self._warned:
                 self._warned = True
@@ -41,7 +42,7 @@ class StoreExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
-        pass
+        self._writer.close()
 
 
 def to_record(span: ReadableSpan) -> SpanRecord:

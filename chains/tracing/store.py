@@ -29,6 +29,7 @@ from typing import Any
 
 __all__ = [
     "SpanRecord",
+    "SpanWriter",
     "TraceSummary",
     "recent_traces",
     "store_path",
@@ -150,21 +151,45 @@ def store_path(chain_folder: Path) -> Path:
     return chain_folder / STORE_FILE
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+def _connect(path: Path, check_same_thread: bool = True) -> sqlite3.Connection:
+    connection = sqlite3.connect(
+        path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=check_same_thread
+    )
     connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
     return connection
 
 
-def write_spans(path: Path, spans: Sequence[SpanRecord], keep: int) -> None:
-    """Add ``spans`` to the store at ``path`` (created if missing), then drop all but the ``keep``
-    most recent traces. Safe to call from several processes at once."""
-    if not spans:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with closing(_connect(path)) as db:
-        db.execute("PRAGMA journal_mode = WAL")
-        db.executescript(_SCHEMA)
+class SpanWriter:
+    """Adds spans to the store at ``path`` (created if missing), keeping its ``keep`` most recent
+    traces. Several processes may write one store at once; one writer is used by one thread at a
+    time (an exporter's), over one connection kept open::
+
+        with closing(SpanWriter(Path("traces.sqlite"), keep=1000)) as writer:
+            writer.write(spans)
+    """
+
+    def __init__(self, path: Path, keep: int) -> None:
+        self.path = path
+        self.keep = keep
+        self._db: sqlite3.Connection | None = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = _connect(self.path, check_same_thread=False)
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+                db.executescript(_SCHEMA)
+            except BaseException:
+                db.close()
+                raise
+            self._db = db
+        return self._db
+
+    def write(self, spans: Sequence[SpanRecord]) -> None:
+        if not spans:
+            return
+        db = self._connection()
         db.execute("BEGIN IMMEDIATE")
         try:
             db.executemany(
@@ -187,28 +212,31 @@ def write_spans(path: Path, spans: Sequence[SpanRecord], keep: int) -> None:
                     for s in spans
                 ],
             )
-            for s in spans:
-                # A trace starts when its earliest span does; its request id is that of any span.
-                db.execute(
-                    "INSERT INTO traces VALUES (?, ?, ?) ON CONFLICT (trace_id) DO UPDATE SET "
-                    "start_ns = min(start_ns, excluded.start_ns), "
-                    "request_id = CASE WHEN request_id = '' THEN excluded.request_id ELSE request_id END",
-                    (s.trace_id, s.request_id, s.start_ns),
-                )
-            stale = [
-                row[0]
-                for row in db.execute(
-                    "SELECT trace_id FROM traces ORDER BY start_ns DESC LIMIT -1 OFFSET ?", (keep,)
-                )
-            ]
-            if stale:
-                marks = ",".join("?" * len(stale))
-                db.execute(f"DELETE FROM spans WHERE trace_id IN ({marks})", stale)
-                db.execute(f"DELETE FROM traces WHERE trace_id IN ({marks})", stale)
+            # A trace starts when its earliest span does; its request id is that of any span.
+            db.executemany(
+                "INSERT INTO traces VALUES (?, ?, ?) ON CONFLICT (trace_id) DO UPDATE SET "
+                "start_ns = min(start_ns, excluded.start_ns), "
+                "request_id = CASE WHEN request_id = '' THEN excluded.request_id ELSE request_id END",
+                [(s.trace_id, s.request_id, s.start_ns) for s in spans],
+            )
+            stale = "SELECT trace_id FROM traces ORDER BY start_ns DESC LIMIT -1 OFFSET ?"
+            db.execute(f"DELETE FROM spans WHERE trace_id IN ({stale})", (self.keep,))
+            db.execute(f"DELETE FROM traces WHERE trace_id IN ({stale})", (self.keep,))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def write_spans(path: Path, spans: Sequence[SpanRecord], keep: int) -> None:
+    """Add ``spans`` to the store at ``path`` once (see :class:`SpanWriter` to write many times)."""
+    with closing(SpanWriter(path, keep)) as writer:
+        writer.write(spans)
 
 
 def recent_traces(path: Path, limit: int = 20) -> list[TraceSummary]:
