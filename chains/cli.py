@@ -442,6 +442,51 @@ def call(
 
 @main.command()
 @click.argument("name")
+@click.argument("request_id", required=False)
+@click.option("-n", "--limit", type=int, default=20, show_default=True, help="Requests to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the spans (or the list) as JSON.")
+def trace(name: str, request_id: str | None, limit: int, as_json: bool) -> None:
+    """Show chain NAME's recent requests, or REQUEST_ID's spans as a waterfall across hops.
+
+    \b
+    REQUEST_ID is the x-chains-request-id of a call (a unique prefix will do), or its trace id.
+    Traces are kept locally by `chains push` (the local target), the last 1000 of them.
+    """
+    from rich.console import Console
+
+    from chains.targets.state import chain_dir, list_chains
+    from chains.tracing import store
+    from chains.tracing.waterfall import print_recent, print_waterfall
+
+    folder = chain_dir(name)
+    if not folder.is_dir():
+        known = ", ".join(list_chains()) or "none"
+        _fail(f"error: no chain named {name!r} (chains here: {known}); start it with `chains push FILE`")
+    path = store.store_path(folder)
+    console = Console(highlight=False)
+    if request_id is None:
+        traces = store.recent_traces(path, limit)
+        if as_json:
+            click.echo(json.dumps([t.to_json() for t in traces], indent=2))
+        elif not traces:
+            click.echo(f"no traces of chain {name!r} yet: call it, then look again", err=True)
+        else:
+            print_recent(console, name, traces)
+        return
+    spans = store.trace_spans(path, request_id)
+    if not spans:
+        _fail(
+            f"error: no trace of request {request_id!r} in chain {name!r} "
+            f"(`chains trace {name}` lists the recent ones)"
+        )
+    if as_json:
+        click.echo(json.dumps([s.to_json() for s in spans], indent=2))
+    else:
+        print_waterfall(console, spans)
+
+
+@main.command()
+@click.argument("name")
 @click.option(
     "--grace",
     type=float,

@@ -32,7 +32,7 @@ import aiohttp
 import pydantic
 import tenacity
 
-from chains import codec
+from chains import codec, tracing
 from chains.call_context import CallContext, current_call, new_request_id
 from chains.chainlet import DEFAULT_RETRIES, DEFAULT_TIMEOUT_SEC, DependencyMarker
 from chains.endpoint import EndpointSpec, analyze_endpoint
@@ -53,6 +53,8 @@ from chains.streaming import FRAMED_MEDIA_TYPE, decode_framed, shape_of
 
 if TYPE_CHECKING:
     import httpx
+
+    from chains.tracing.spans import ClientAttempt
 
 __all__ = ["StubBase", "StubOptions"]
 
@@ -192,6 +194,9 @@ class StubBase:
         headers.update(CallContext(call.request_id, time.monotonic() + attempt_timeout).headers())
         if self._authorization:
             headers["authorization"] = self._authorization
+        traced = tracing.active()
+        if traced is not None:
+            traced.inject(headers)  # the attempt's span is the current one
         return headers
 
     @property
@@ -224,9 +229,17 @@ class StubBase:
         return budget
 
     async def _with_retries(
-        self, call: CallContext, attempt: Callable[..., Awaitable[Any]], *args: Any
+        self,
+        call: CallContext,
+        attempt: Callable[..., Awaitable[Any]],
+        *args: Any,
+        size: int = 0,
+        opened: list[ClientAttempt] | None = None,
     ) -> Any:
         tried: list[str] = []
+        traced = tracing.active()
+        if traced is not None:
+            attempt = self._traced(call, attempt, size, opened)
         # The first attempt runs on its own: most calls succeed at once, and tenacity's
         # machinery costs about 70 µs a call, as much as the HTTP request itself (measured in
         # benchmarks/README.md). Only a retryable failure brings tenacity in, which is handed
@@ -246,6 +259,44 @@ class StubBase:
             return await retrying(attempts, tried, *args)
         except _Retryable as exc:
             raise self._gave_up(exc) from None
+
+    def _traced(
+        self,
+        call: CallContext,
+        attempt: Callable[..., Awaitable[Any]],
+        size: int,
+        opened: list[ClientAttempt] | None,
+    ) -> Callable[..., Awaitable[Any]]:
+        """``attempt`` inside a client span of its own; a stream's span (``opened``) ends with it."""
+
+        async def traced(tried: list[str], *args: Any) -> Any:
+            active = tracing.active()
+            assert active is not None
+            with active.attempt(self.name, len(tried) + 1, self.options.retries, call, size) as span:
+                try:
+                    result = await attempt(tried, *args)
+                finally:
+                    if tried:
+                        span.target(tried[-1] + self.path)
+                if opened is not None:
+                    span.keep()
+                    opened.append(span)
+                return result
+
+        return traced
+
+    def _traced_sync(self, call: CallContext, size: int) -> Callable[..., Any]:
+        def traced(tried: list[str], *args: Any) -> Any:
+            active = tracing.active()
+            assert active is not None
+            with active.attempt(self.name, len(tried) + 1, self.options.retries, call, size) as span:
+                try:
+                    return self._attempt_sync(tried, *args)
+                finally:
+                    if tried:
+                        span.target(tried[-1] + self.path)
+
+        return traced
 
     def _retry_policy(self, tried: list[str]) -> dict[str, Any]:
         """What async and sync calls retry, how often and how long they wait in between."""
@@ -306,7 +357,9 @@ class StubBase:
         call = self._call_context()
         with DependencyCall(self._metrics, self.name) as record:
             async with self._limit.slot():
-                result = await self._with_retries(call, self._attempt_unary, endpoint, body, call)
+                result = await self._with_retries(
+                    call, self._attempt_unary, endpoint, body, call, size=len(body)
+                )
             record.ok = True
             return result
 
@@ -323,6 +376,7 @@ class StubBase:
                     payload = await response.read()
                     status = response.status
                     retry_after = response.headers.get("retry-after")
+                    _note_answer(status, len(payload))
         except TimeoutError:
             raise DeadlineExceeded(f"{self.name} did not answer within {timeout:.3g}s ({url})") from None
         except aiohttp.ClientError as exc:
@@ -385,18 +439,27 @@ class StubBase:
         call = self._call_context()
         with DependencyCall(self._metrics, self.name) as record:
             async with self._limit.slot():
+                opened: list[ClientAttempt] = []
                 response: aiohttp.ClientResponse = await self._with_retries(
-                    call, self._open_stream, body, call
+                    call, self._open_stream, body, call, size=len(body), opened=opened
                 )
+                items = 0
+                error: BaseException | None = None
                 try:
                     chunks = _chunks(response, self.name)
                     async for item in decode_framed(shape, chunks, max_frame_size=self._max_frame_bytes):
+                        items += 1
                         yield item
                     record.ok = True
+                except Exception as exc:  # not the consumer stopping early, which is no error
+                    error = exc
+                    raise
                 finally:
                     # Closing, not releasing: if the consumer stopped early the producer must
                     # see the disconnect and cancel its generator.
                     response.close()
+                    if opened:
+                        opened[-1].finish(items, response.content.total_bytes, error)
 
     async def _open_stream(self, tried: list[str], body: bytes, call: CallContext) -> aiohttp.ClientResponse:
         timeout = self._attempt_timeout(call)
@@ -405,6 +468,7 @@ class StubBase:
         try:
             async with asyncio.timeout(timeout):
                 response = await self._client().post(url + self.path, data=body, headers=headers)
+                _note_answer(response.status)
                 if response.status == 200:
                     return response
                 payload = await response.read()
@@ -433,8 +497,9 @@ class StubBase:
         call = self._call_context()
         tried: list[str] = []
         retrying = tenacity.Retrying(**self._retry_policy(tried))
+        attempt = self._attempt_sync if tracing.active() is None else self._traced_sync(call, len(body))
         try:
-            return retrying(self._attempt_sync, tried, endpoint, body, call)
+            return retrying(attempt, tried, endpoint, body, call)
         except _Retryable as exc:
             raise self._gave_up(exc) from None
 
@@ -458,6 +523,7 @@ class StubBase:
             raise DeadlineExceeded(f"{self.name} did not answer within {timeout:.3g}s ({url})") from None
         except httpx.TransportError as exc:
             raise _Retryable(f"{self.name} at {url}: {type(exc).__name__}: {exc}", connection=True) from exc
+        _note_answer(response.status_code, len(response.content))
         if response.status_code == 200:
             return codec.decode_result(endpoint, response.content, binary=self.options.use_binary)
         raise self._failure(response.status_code, response.content, response.headers.get("retry-after"), url)
@@ -470,6 +536,13 @@ async def _chunks(response: aiohttp.ClientResponse, name: str) -> AsyncIterator[
             yield chunk
     except (aiohttp.ClientError, ConnectionError) as exc:
         raise StreamInterrupted(f"the stream from {name} broke off: {type(exc).__name__}: {exc}") from exc
+
+
+def _note_answer(status: int, size: int | None = None) -> None:
+    """Put the answer's status and size on the attempt's span, when tracing."""
+    traced = tracing.active()
+    if traced is not None:
+        traced.current_attempt().answered(status, size)
 
 
 def _seconds(retry_after: str | None) -> float | None:

@@ -21,12 +21,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 import pydantic_core
 
-from chains import codec
+from chains import codec, tracing
 from chains.call_context import REQUEST_ID_HEADER, CallContext, serving_call
 from chains.chainlet import ChainletBase
 from chains.checks import ChainletSpec
@@ -47,6 +47,9 @@ from chains.server.metrics import Metrics
 from chains.server.negotiation import negotiate
 from chains.server.settings import ServerSettings
 from chains.streaming import shape_of
+
+if TYPE_CHECKING:
+    from chains.tracing.spans import Tracing
 
 __all__ = ["ChainletApp"]
 
@@ -96,6 +99,7 @@ class ChainletApp:
         # What an outside caller sees of an error: see docs/concepts.md, "Errors".
         self._public_errors = settings.is_entrypoint and not settings.shows_tracebacks
         self._build_task: asyncio.Task[None] | None = None
+        self._tracing: Tracing | None = None  # the process's, once started; None: no spans at all
         if not settings.is_entrypoint and not settings.internal_token:
             raise ValueError(
                 f"chainlet {spec.name} is internal (not the entrypoint) and needs the chain's token: "
@@ -106,6 +110,7 @@ class ChainletApp:
 
     async def startup(self) -> None:
         """Start building the chainlet in the background; the server answers meanwhile."""
+        self._tracing = tracing.active()
         self._build_task = asyncio.create_task(self._build())
 
     async def _build(self) -> None:
@@ -229,7 +234,17 @@ class ChainletApp:
         headers = header_map(scope)
         call = CallContext.from_headers(headers)
         rid = [(REQUEST_ID_HEADER.encode(), call.request_id.encode())]
-        status = await self._serve_call(call, headers, receive, send, rid)
+        if self._tracing is None:
+            status = await self._serve_call(call, headers, receive, send, rid)
+        else:
+            status = await self._tracing.serve(
+                self.spec.name,
+                call,
+                headers,
+                receive,
+                send,
+                lambda receive, send: self._serve_call(call, headers, receive, send, rid),
+            )
         elapsed = time.perf_counter() - started
         self.metrics.call_finished(status, elapsed)
         if logger.isEnabledFor(logging.DEBUG):
@@ -407,6 +422,8 @@ class ChainletApp:
         return DeadlineExceeded(f"{self.spec.name} did not answer within the caller's deadline")
 
     async def _fail(self, send: Send, status: int, exc: BaseException, rid: list[tuple[bytes, bytes]]) -> int:
+        if self._tracing is not None:
+            self._tracing.record_error(exc)
         detail = ErrorDetail.from_exception(exc, self.spec.name)
         headers = rid
         if self.settings.is_entrypoint:
@@ -472,7 +489,11 @@ class ChainletApp:
             source = _items(first, generator, deadline, self._deadline_error(call))
             if self._public_errors:
                 source = _public_failure(source, self.spec.name, call.request_id)
-            chunks = encoder(shape, source, chainlet=self.spec.name, on_error=_log_stream_error)
+            on_error: Callable[[BaseException], None] = _log_stream_error
+            if self._tracing is not None:
+                source = self._tracing.count_items(source)
+                on_error = self._tracing.recording(_log_stream_error)
+            chunks = encoder(shape, source, chainlet=self.spec.name, on_error=on_error)
             sender = _BodySender(send)
             try:
                 async with aclosing(chunks):
@@ -489,7 +510,7 @@ class ChainletApp:
                 # yielded before it failed goes out first, as it always has.
                 with contextlib.suppress(Exception):
                     await sender.close()
-                _log_stream_error(exc)
+                on_error(exc)
                 raise
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         return 200

@@ -15,6 +15,7 @@ from typing import Any
 
 import uvicorn
 
+from chains import tracing
 from chains.call_context import current_call
 from chains.chainlet import ChainletBase, building_with, construct
 from chains.checks import chainlet_spec
@@ -293,6 +294,11 @@ def serve(
     if app.spec.remote_config.options.enable_debug_logs:
         log_level = "DEBUG"
     configure_logging(app.spec.name, log_level)
+    try:
+        tracing.install(tracing.configure(app.spec.name, app.settings.chain), set_global=True)
+    except ChainsUsageError as exc:
+        logger.error("cannot start: %s", exc)
+        return EXIT_STARTUP_FAILED
     config = uvicorn.Config(
         app,
         host=host,

@@ -39,6 +39,8 @@ from chains.targets.state import (
 )
 from chains.targets.supervisor import PID_FILE, control_socket_path
 from chains.targets.wiring import drain_grace
+from chains.tracing import STORE_ENV
+from chains.tracing.store import store_path
 
 __all__ = ["LocalTarget", "control", "follow_files", "running_deployments"]
 
@@ -101,6 +103,9 @@ class LocalTarget:
         versions = {name: c.code_version for name, c in result.chainlets.items()}
         entry_port, entry_socket_from = _entry_port(chain.name, options.entry_port, previous)
         token = secrets.token_urlsafe(32)
+        # The chain's recent traces, kept on this machine (CHAINS_TRACE_STORE=off in push's
+        # environment turns that off; OTEL_EXPORTER_OTLP_ENDPOINT adds a collector).
+        traces = {STORE_ENV: os.environ.get(STORE_ENV) or str(store_path(home))}
         deployment = Deployment(
             chain=chain.name,
             id=deploy_dir.name,
@@ -118,7 +123,7 @@ class LocalTarget:
                     replicas=spec.remote_config.compute.replicas,
                     is_entrypoint=spec is chain.entrypoint,
                     code_version=versions.get(spec.name, ""),
-                    env=_environment(chain, spec.name, token, options),
+                    env={**_environment(chain, spec.name, token, options), **traces},
                 )
                 for spec in chain.chainlets
             ],

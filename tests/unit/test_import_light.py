@@ -28,12 +28,15 @@ NOT_FOR_IMPORT = (
     "docker",
     "httpx",
     "jinja2",
+    "opentelemetry",
+    "rich",
     "tenacity",
     "yaml",
 )
 
 # Serving needs aiohttp (stubs), uvicorn (which itself brings click) and msgpack, but none of
-# these: they build, deploy or export chains, or make sync calls only.
+# these: they build, deploy or export chains, make sync calls only, trace (when it is off) or
+# draw traces.
 NOT_FOR_SERVING = (
     "chains.cli",
     "chains.deploy",
@@ -43,6 +46,8 @@ NOT_FOR_SERVING = (
     "docker",
     "httpx",
     "jinja2",
+    "opentelemetry",
+    "rich",
     "yaml",
 )
 

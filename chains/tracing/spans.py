@@ -1,0 +1,309 @@
+"""The spans of a chain: one server span per call a chainlet serves, one client span per attempt
+a stub makes, linked across hops by W3C ``traceparent``/``tracestate`` headers.
+
+Loaded only when tracing is on (see :mod:`chains.tracing`).
+
+Every span carries ``chains.request_id``, the call's ``x-chains-request-id``; a call that arrives
+without a ``traceparent`` starts a trace whose id *is* its request id (when that is 32 hex
+digits, as the ids chains makes are), so a request id can be looked up in any tracing tool.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from typing import Any, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from chains.call_context import CallContext
+
+__all__ = ["ClientAttempt", "Tracing"]
+
+logger = logging.getLogger("chains.tracing")
+
+T = TypeVar("T")
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+# The local store is read by `chains trace` right after a call: spans wait at most this long.
+_STORE_DELAY_MS = 500
+
+# Attribute names: OpenTelemetry's HTTP conventions where they exist, chains.* for the rest.
+REQUEST_ID = "chains.request_id"
+DEPENDENCY = "chains.dependency"
+ATTEMPT = "chains.attempt"
+RETRIES = "chains.retries"
+DEADLINE_LEFT_MS = "chains.deadline_left_ms"
+ATTEMPT_TIMEOUT_MS = "chains.attempt_timeout_ms"
+ITEMS = "chains.stream.items"
+STATUS_CODE = "http.response.status_code"
+REQUEST_BYTES = "http.request.body.size"
+RESPONSE_BYTES = "http.response.body.size"
+URL = "url.full"
+
+_trace_id_wanted: contextvars.ContextVar[int] = contextvars.ContextVar("chains_trace_id", default=0)
+
+
+class _RequestIdTraceIds(RandomIdGenerator):
+    """Random ids, except a new trace's id, which is the request id being served when it is one."""
+
+    def generate_trace_id(self) -> int:
+        return _trace_id_wanted.get() or super().generate_trace_id()
+
+
+def _trace_id_of(request_id: str) -> int:
+    if len(request_id) != 32:
+        return 0
+    try:
+        return int(request_id, 16)
+    except ValueError:
+        return 0
+
+
+class Tracing:
+    """Makes the spans of one process; see :func:`chains.tracing.configure`."""
+
+    def __init__(self, provider: TracerProvider, chain: str) -> None:
+        self.provider = provider
+        self.chain = chain
+        self._tracer = provider.get_tracer("chains")
+
+    @classmethod
+    def from_settings(cls, service: str, chain: str, settings: Any) -> Tracing:
+        resource = Resource.create({"service.name": service, "service.namespace": chain})
+        if os.environ.get("OTEL_SERVICE_NAME"):
+            resource = Resource.create({"service.namespace": chain})  # the variable names the service
+        provider = TracerProvider(resource=resource, id_generator=_RequestIdTraceIds())
+        if settings.store is not None:
+            from chains.tracing.export import StoreExporter
+
+            store_exporter: SpanExporter = StoreExporter(settings.store, keep=settings.keep)
+            provider.add_span_processor(
+                BatchSpanProcessor(store_exporter, schedule_delay_millis=_STORE_DELAY_MS)
+            )
+        if settings.otlp:
+            provider.add_span_processor(BatchSpanProcessor(_otlp_exporter()))
+        return cls(provider, chain)
+
+    @classmethod
+    def with_exporter(cls, exporter: SpanExporter, service: str, chain: str = "chain") -> Tracing:
+        """Tracing that hands every span to ``exporter`` as it ends (tests, embedding)::
+
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        tracing = Tracing.with_exporter(InMemorySpanExporter(), "Greeter")
+        """
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+        resource = Resource.create({"service.name": service, "service.namespace": chain})
+        provider = TracerProvider(resource=resource, id_generator=_RequestIdTraceIds())
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        return cls(provider, chain)
+
+    def set_global(self) -> None:
+        trace.set_tracer_provider(self.provider)
+
+    def shutdown(self) -> None:
+        """Send the spans still waiting (at exit, OpenTelemetry does it by itself)."""
+        self.provider.shutdown()
+
+    # -- the server side -----------------------------------------------------------------------
+
+    async def serve(
+        self,
+        chainlet: str,
+        call: CallContext,
+        headers: Mapping[str, str],
+        receive: Receive,
+        send: Send,
+        handler: Callable[[Receive, Send], Awaitable[int]],
+    ) -> int:
+        """Run ``handler`` (which answers one call and returns its status) inside its server span."""
+        parent = propagate.extract(headers)
+        # The chain and the chainlet are the resource's service.namespace and service.name: each
+        # attribute costs the SDK a few microseconds per span.
+        attributes: dict[str, Any] = {REQUEST_ID: call.request_id}
+        remaining = call.remaining()
+        if remaining is not None:
+            attributes[DEADLINE_LEFT_MS] = round(remaining * 1e3, 3)
+        wanted = _trace_id_wanted.set(_trace_id_of(call.request_id))
+        try:
+            span = self._tracer.start_span(
+                f"{chainlet}.run_remote", context=parent, kind=SpanKind.SERVER, attributes=attributes
+            )
+        finally:
+            _trace_id_wanted.reset(wanted)
+        received = 0
+        sent = 0
+        status = 0
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            return message
+
+        async def counting_send(message: Message) -> None:
+            nonlocal sent, status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            else:
+                sent += len(message.get("body", b""))
+            await send(message)
+
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        try:
+            status = await handler(counting_receive, counting_send)
+            return status
+        except BaseException as exc:
+            _record(span, exc)
+            raise
+        finally:
+            otel_context.detach(token)
+            span.set_attributes({STATUS_CODE: status, REQUEST_BYTES: received, RESPONSE_BYTES: sent})
+            if status >= 500 and span.is_recording() and not _has_error(span):
+                span.set_status(Status(StatusCode.ERROR, f"answered {status}"))
+            span.end()
+
+    def record_error(self, exc: BaseException) -> None:
+        """Record ``exc`` on the span of the call being served: status ERROR and an exception event."""
+        _record(trace.get_current_span(), exc)
+
+    def recording(self, hook: Callable[[BaseException], None]) -> Callable[[BaseException], None]:
+        """``hook``, recording the error on the current call's span first (a stream's own error)."""
+        span = trace.get_current_span()
+
+        def record_then(exc: BaseException) -> None:
+            _record(span, exc)
+            hook(exc)
+
+        return record_then
+
+    def count_items(self, items: AsyncIterator[T]) -> AsyncIterator[T]:
+        """``items``, counting them on the current span as they go by."""
+        span = trace.get_current_span()
+        return _counted(items, span)
+
+    # -- the client side -----------------------------------------------------------------------
+
+    def attempt(
+        self,
+        dependency: str,
+        attempt: int,
+        retries: int,
+        call: CallContext,
+        request_bytes: int,
+    ) -> ClientAttempt:
+        """The client span of one attempt at calling ``dependency``; enter it around the attempt."""
+        attributes: dict[str, Any] = {
+            REQUEST_ID: call.request_id,
+            DEPENDENCY: dependency,
+            ATTEMPT: attempt,
+            RETRIES: retries,
+            REQUEST_BYTES: request_bytes,
+        }
+        remaining = call.remaining()
+        if remaining is not None:
+            attributes[DEADLINE_LEFT_MS] = round(remaining * 1e3, 3)
+        span = self._tracer.start_span(f"call {dependency}", kind=SpanKind.CLIENT, attributes=attributes)
+        return ClientAttempt(span)
+
+    @staticmethod
+    def inject(headers: dict[str, str]) -> None:
+        """Add ``traceparent`` (and ``tracestate``) for the current span to outgoing ``headers``."""
+        propagate.inject(headers)
+
+    @staticmethod
+    def current_attempt() -> ClientAttempt:
+        return ClientAttempt(trace.get_current_span(), owned=False)
+
+
+class ClientAttempt:
+    """One attempt's client span: current while the attempt runs, so its headers carry it."""
+
+    __slots__ = ("_owned", "_token", "kept", "span")
+
+    def __init__(self, span: trace.Span, owned: bool = True) -> None:
+        self.span = span
+        self._owned = owned
+        self._token: object = None
+        self.kept = False
+
+    def __enter__(self) -> ClientAttempt:
+        self._token = otel_context.attach(trace.set_span_in_context(self.span))
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        otel_context.detach(self._token)  # type: ignore[arg-type]
+        if exc is not None:
+            code = getattr(exc, "status", 0)
+            if isinstance(code, int) and code:
+                self.span.set_attribute(STATUS_CODE, code)
+            _record(self.span, exc)
+        if exc is not None or not self.kept:
+            self.span.end()
+
+    def target(self, url: str) -> None:
+        self.span.set_attribute(URL, url)
+
+    def answered(self, status: int, response_bytes: int | None = None) -> None:
+        if response_bytes is None:
+            self.span.set_attribute(STATUS_CODE, status)
+        else:
+            self.span.set_attributes({STATUS_CODE: status, RESPONSE_BYTES: response_bytes})
+
+    def keep(self) -> None:
+        """The attempt opened a stream: the span ends with the stream (:meth:`finish`), not here."""
+        self.kept = True
+
+    def finish(self, items: int, response_bytes: int, error: BaseException | None = None) -> None:
+        self.span.set_attributes({ITEMS: items, RESPONSE_BYTES: response_bytes})
+        if error is not None:
+            _record(self.span, error)
+        self.span.end()
+
+
+def _record(span: trace.Span, exc: BaseException) -> None:
+    if not span.is_recording():
+        return
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:500]))
+
+
+def _has_error(span: trace.Span) -> bool:
+    status = getattr(span, "status", None)
+    return status is not None and status.status_code is StatusCode.ERROR
+
+
+async def _counted(items: AsyncIterator[T], span: trace.Span) -> AsyncIterator[T]:
+    count = 0
+    try:
+        async for item in items:
+            count += 1
+            yield item
+    finally:
+        span.set_attribute(ITEMS, count)
+
+
+def _otlp_exporter() -> SpanExporter:
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        from chains.errors import ChainsUsageError
+
+        raise ChainsUsageError(
+            "OTEL_EXPORTER_OTLP_ENDPOINT is set, but the OTLP exporter is not installed: "
+            "pip install 'chains[tracing]' (or unset the variable)"
+        ) from None
+    # Reads OTEL_EXPORTER_OTLP_* (endpoint, headers, timeout, compression) by itself.
+    exporter: SpanExporter = OTLPSpanExporter()
+    return exporter
