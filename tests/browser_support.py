@@ -8,17 +8,20 @@ origins of their own on 127.0.0.2 and 127.0.0.3, never the chain's (127.0.0.1).
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import http.server
 import os
 import re
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 CHROMIUM = os.environ.get("CHAINS_CHROMIUM", "/usr/bin/chromium")
 # What this machine needs (no sandbox for root in a container, no GPU, nothing fetched
@@ -51,8 +54,68 @@ def _missing() -> str | None:
     return None
 
 
+class _BrowserThread:
+    """A thread of its own for Playwright: its sync API runs an event loop in the thread that
+    starts it, for as long as it runs, and in the tests' own thread that loop would break
+    every later test that calls ``asyncio.run`` (Python stubs, ``chain.call``)."""
+
+    def __init__(self) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="chromium")
+
+    def run(self, action: Callable[[], T]) -> T:
+        return self._pool.submit(action).result(timeout=120)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+class InBrowserThread:
+    """``target`` (a Playwright page), whose methods run in the browser's thread."""
+
+    def __init__(self, thread: _BrowserThread, target: Any) -> None:
+        self._thread = thread
+        self._target = target
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._target, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._thread.run(lambda: method(*args, **kwargs))
+
+        return call
+
+
+class Chromium:
+    """The session's browser: ``new_page()`` opens a page in a context of its own."""
+
+    def __init__(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        self._thread = _BrowserThread()
+        self._playwright = self._thread.run(lambda: sync_playwright().start())
+        self._browser = self._thread.run(
+            lambda: self._playwright.chromium.launch(
+                executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True
+            )
+        )
+
+    def new_context(self) -> tuple[InBrowserThread, Callable[[], None]]:
+        """A page in a fresh context, and what closes the context."""
+        context = self._thread.run(lambda: self._browser.new_context())
+        page = self._thread.run(lambda: context.new_page())
+        self._thread.run(lambda: page.set_default_timeout(20_000))
+        return InBrowserThread(self._thread, page), lambda: self._thread.run(context.close)
+
+    def close(self) -> None:
+        try:
+            self._thread.run(self._browser.close)
+            self._thread.run(self._playwright.stop)
+        finally:
+            self._thread.shutdown()
+
+
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
+def browser() -> Iterator[Chromium]:
     """One headless Chromium for every browser test of the session."""
     missing = _missing()
     if missing is not None:
@@ -60,26 +123,21 @@ def browser() -> Iterator[Any]:
         if os.environ.get("CHAINS_REQUIRE_BROWSER") == "1":
             pytest.fail(f"CHAINS_REQUIRE_BROWSER=1 but {message}")
         pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    chromium = Chromium()
+    try:
+        yield chromium
+    finally:
+        chromium.close()
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+def page(browser: Chromium) -> Iterator[InBrowserThread]:
     """A page in a context of its own (no cache or preflight answers shared between tests)."""
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(20_000)
+    page, close = browser.new_context()
     try:
         yield page
     finally:
-        context.close()
+        close()
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -126,7 +126,7 @@ class BrowserRoutes:
                 self._metrics.call_finished(204, time.perf_counter() - started)
                 return None
             body = event_source.reconnect_after_cut(last_event_id, call.request_id)
-            await send_bytes(send, 200, body, SSE_MEDIA_TYPE.encode(), [*_NO_STORE, *rid])
+            await send_bytes(send, 200, body, SSE_MEDIA_TYPE.encode(), [*_NO_CACHE, *rid])
             self._metrics.call_finished(200, time.perf_counter() - started)
             return None
         try:
@@ -154,7 +154,7 @@ class BrowserRoutes:
         return post, _body_then(payload, receive), event_source.with_event_ids(send, call.request_id)
 
 
-_NO_STORE = [(b"cache-control", b"no-cache")]
+_NO_CACHE = [(b"cache-control", b"no-cache")]
 
 
 def _refused(origin: str) -> str:

@@ -7,7 +7,6 @@ its /metrics.
 
 from __future__ import annotations
 
-import concurrent.futures
 from typing import Any
 
 import httpx
@@ -37,12 +36,6 @@ OPEN_EVENT_SOURCE = """
 """
 
 
-def _python_call(chain: Any, **arguments: Any) -> Any:
-    """What the Python client gets: in a thread, since Playwright's sync API holds this one's loop."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(chain.call, **arguments).result(timeout=60)
-
-
 def _client(page: Any, origin: str) -> None:
     page.goto(f"{origin}/index.html")
 
@@ -56,7 +49,7 @@ def _calls(url: str, status: int, key: str | None = None) -> float:
 def test_the_js_client_streams_every_token_of_the_streaming_example(
     page: Any, page_origin: str, streaming_chain: Any
 ) -> None:
-    expected = _python_call(streaming_chain, prompt="tokens for a page", max_tokens=6)
+    expected = streaming_chain.call(prompt="tokens for a page", max_tokens=6)
     _client(page, page_origin)
     got = page.evaluate(
         """async ([url]) => {
@@ -78,7 +71,7 @@ def test_an_event_source_gets_every_event_and_the_stream_is_not_run_again(
 ) -> None:
     url = streaming_chain.entrypoint_url
     generator = streaming_chain.chainlets["Generator"][0]
-    expected = _python_call(streaming_chain, prompt="one run only", max_tokens=5)
+    expected = streaming_chain.call(prompt="one run only", max_tokens=5)
     runs, generated, ended = _calls(url, 200), _calls(generator, 200), _calls(url, 204)
     _client(page, page_origin)
     # The page does not close the source on `end`: the browser reconnects, and the 204 the
