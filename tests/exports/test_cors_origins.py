@@ -89,6 +89,17 @@ def test_local_and_docker(source: Path) -> None:
     assert "CHAINS_CORS_ORIGINS" not in _environment(chain, "Helper", "token", options)
 
 
+def test_ray(source: Path) -> None:
+    from chains.targets import ray
+
+    chain = load_chain(source)
+    options = PushOptions(cors_origins=("http://127.0.0.1:8080",))
+    front = ray._environment(chain, chain.entrypoint, "token", "http://127.0.0.1:8000", options)
+    helper = ray._environment(chain, chain.get("Helper"), "token", "http://127.0.0.1:8000", options)
+    assert front["CHAINS_CORS_ORIGINS"] == BOTH
+    assert "CHAINS_CORS_ORIGINS" not in helper
+
+
 def test_an_entrypoint_without_origins_gets_none(tmp_path: Path) -> None:
     source = write_chain(
         tmp_path,
