@@ -189,6 +189,13 @@ def _pairs(option: str, metavar: str, pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--api-key", envvar="CHAINS_API_KEY", help="Require this API key from the entrypoint's callers."
 )
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="Let web pages of ORIGIN (https://app.example, or * for any) call the entrypoint; repeatable.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for readiness.")
 def push(
@@ -208,11 +215,13 @@ def push(
     model_url_pairs: tuple[str, ...],
     watch: bool,
     api_key: str | None,
+    cors_origins: tuple[str, ...],
     as_json: bool,
     timeout: float,
 ) -> None:
     """Check, generate and start the chain in FILE; print its URL and a curl line."""
     from chains.deploy import collect_secrets, push_chain
+    from chains.origins import check_origin
     from chains.target_support import ignored_settings
     from chains.targets import PushOptions, export_target, kind_of
     from chains.targets.state import chain_dir
@@ -239,6 +248,7 @@ def push(
         api_key=api_key,
         model_urls=model_urls,
         address=address,
+        cors_origins=_guarded(lambda: tuple(check_origin(origin) for origin in cors_origins)),
     )
     if kind == "export":
         if not (dry_run or apply) or out_dir is None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pydantic
 
 from chains.errors import ChainsUsageError
+from chains.origins import check_origin
 
 __all__ = [
     "Assets",
@@ -427,6 +428,17 @@ class RemoteConfig(_Config):
     # Shell commands run while the image is built (Dockerfile ``RUN`` lines, Truss's
     # ``build_commands``); images only, so the local target names them as not run.
     build_commands: list[str] = pydantic.Field(default_factory=list)
+    # On the entrypoint: the origins of the web pages that may call the chain from a browser
+    # (``"https://app.example"``, ``"*"`` for any); ``chains push --cors-origin`` adds more.
+    cors_origins: list[str] = pydantic.Field(default_factory=list)
+
+    @pydantic.field_validator("cors_origins")
+    @classmethod
+    def _valid_origins(cls, value: list[str]) -> list[str]:
+        try:
+            return list(dict.fromkeys(check_origin(origin) for origin in value))
+        except ChainsUsageError as exc:
+            raise ValueError(str(exc)) from None
 
     @pydantic.field_validator("build_commands")
     @classmethod

@@ -8,7 +8,7 @@ import dataclasses
 import inspect
 import os
 import warnings
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -19,6 +19,7 @@ from chains.checks import Chain
 from chains.endpoint import EndpointSpec
 from chains.errors import ChainsUsageError
 from chains.loader import load_chain
+from chains.origins import check_origin
 from chains.server.settings import check_api_key
 from chains.stubs import StubBase, StubOptions
 from chains.targets import PushOptions, running_target
@@ -268,11 +269,14 @@ def push(
     port: int | None = None,
     timeout: float = 60.0,
     api_key: str | None = None,
+    cors_origins: Iterable[str] = (),
     **baseten_options: Any,
 ) -> ChainHandle:
     """Check, generate and start the chain of ``entrypoint`` (a chainlet class or a file).
 
-    Returns once every chainlet is ready::
+    ``cors_origins`` lets web pages of those origins call the entrypoint from a browser
+    (besides the entrypoint's ``RemoteConfig(cors_origins=...)``). Returns once every
+    chainlet is ready::
 
         with chains.push(Entry, name="demo") as chain:
             assert chain.call(prompt="hi")
@@ -289,7 +293,7 @@ def push(
     if unknown or len(baseten_only) > len(_BASETEN_PUSH_POSITIONAL):
         raise ChainsUsageError(
             f"push() got unexpected arguments: {', '.join(unknown or ignored)}; it takes the entrypoint, "
-            "the chain name, and target=, name=, secrets=, port=, timeout=, api_key="
+            "the chain name, and target=, name=, secrets=, port=, timeout=, api_key=, cors_origins="
         )
     if ignored:
         warnings.warn(
@@ -308,5 +312,11 @@ def push(
             )
         source = Path(file)
         chain = load_chain(source, entrypoint.__name__, name)
-    options = PushOptions(secrets=dict(secrets or {}), entry_port=port, timeout=timeout, api_key=api_key)
+    options = PushOptions(
+        secrets=dict(secrets or {}),
+        entry_port=port,
+        timeout=timeout,
+        api_key=api_key,
+        cors_origins=tuple(check_origin(origin) for origin in cors_origins),
+    )
     return push_chain(chain, source, target, options)

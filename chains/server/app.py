@@ -43,6 +43,7 @@ from chains.server.asgi import (
     send_bytes,
     send_json,
 )
+from chains.server.browser import BrowserRoutes
 from chains.server.metrics import Metrics
 from chains.server.negotiation import negotiate
 from chains.server.settings import ServerSettings
@@ -100,6 +101,10 @@ class ChainletApp:
         self._public_errors = settings.is_entrypoint and not settings.shows_tracebacks
         self._build_task: asyncio.Task[None] | None = None
         self._tracing: Tracing | None = None  # the process's, once started; None: no spans at all
+        # Web pages (CORS, EventSource, the JS client): entrypoints only, see chains/server/browser.py.
+        self._browser: BrowserRoutes | None = None
+        if settings.is_entrypoint:
+            self._browser = BrowserRoutes(spec, settings.cors, settings.api_key, self.metrics)
         if not settings.is_entrypoint and not settings.internal_token:
             raise ValueError(
                 f"chainlet {spec.name} is internal (not the entrypoint) and needs the chain's token: "
@@ -162,6 +167,11 @@ class ChainletApp:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._browser is not None:
+            routed = await self._browser.route(scope, receive, send)
+            if routed is None:
+                return
+            scope, receive, send = routed
         path: str = scope["path"]
         method: str = scope["method"]
         if path == "/run_remote":

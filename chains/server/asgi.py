@@ -6,7 +6,17 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-__all__ = ["BodyTooLarge", "Receive", "Scope", "Send", "header_map", "read_body", "send_bytes", "send_json"]
+__all__ = [
+    "BodyTooLarge",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "header_map",
+    "read_body",
+    "send_bytes",
+    "send_json",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chains.errors import ChainsUsageError
+from chains.server.cors import CorsPolicy
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DependencyAddress", "ServerSettings", "check_api_key"]
 
@@ -147,6 +148,8 @@ class ServerSettings:
     # its type, message and request id. None: tracebacks on the local target only, where the
     # caller is the developer; a deployed chain's callers would read the server's file paths.
     debug_errors: bool | None = None
+    # The origins whose web pages may call the entrypoint (see chains/server/cors.py).
+    cors: CorsPolicy = field(default_factory=lambda: CorsPolicy(()))
 
     @property
     def shows_tracebacks(self) -> bool:
@@ -214,4 +217,12 @@ class ServerSettings:
             ready_file=Path(env["CHAINS_READY_FILE"]) if env.get("CHAINS_READY_FILE") else None,
             retry_user_errors=env.get("CHAINS_RETRY_USER_ERRORS", "") in ("1", "true"),
             debug_errors=_SWITCH[debug_errors.strip().lower()],
+            cors=_cors(env.get("CHAINS_CORS_ORIGINS", "")),
         )
+
+
+def _cors(text: str) -> CorsPolicy:
+    try:
+        return CorsPolicy.parse(text)
+    except ChainsUsageError as exc:
+        raise ChainsUsageError(f"CHAINS_CORS_ORIGINS: {exc}") from None

@@ -10,16 +10,25 @@ then work the same on every running target. An *export* target (``kubernetes``,
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from chains.checks import Chain
 from chains.errors import ChainsUsageError
+from chains.origins import check_origin
 from chains.targets.state import ChainState
 
-__all__ = ["TARGETS", "ExportTarget", "PushOptions", "RunningTarget", "export_target", "running_target"]
+__all__ = [
+    "TARGETS",
+    "ExportTarget",
+    "PushOptions",
+    "RunningTarget",
+    "cors_env",
+    "export_target",
+    "running_target",
+]
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,15 @@ class PushOptions:
     apply: bool = False  # kubernetes: run `kubectl apply -k` on the result
     model_urls: Mapping[str, str] = field(default_factory=dict)  # truss: chainlet -> its model's predict URL
     address: str | None = None  # ray: the cluster (ray://HEAD:10001, HEAD:PORT or auto)
+    cors_origins: tuple[str, ...] = ()  # more origins whose pages may call the entrypoint
+
+
+def cors_env(chain: Chain, more: Iterable[str] = ()) -> dict[str, str]:
+    """``CHAINS_CORS_ORIGINS`` for the entrypoint: its RemoteConfig's origins and ``more``
+    (``chains push --cors-origin``); empty when there are none."""
+    given = [*chain.entrypoint.remote_config.cors_origins, *(check_origin(origin) for origin in more)]
+    origins = dict.fromkeys(given)
+    return {"CHAINS_CORS_ORIGINS": ",".join(origins)} if origins else {}
 
 
 class RunningTarget(Protocol):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -182,8 +183,9 @@ def write_compose(
     command: str,
     entry_port: int = DEFAULT_ENTRY_PORT,
     chainlets_dir: str = CHAINLETS_DIR,
+    cors_origins: Iterable[str] = (),
 ) -> tuple[ChainWiring, list[Path]]:
-    wiring = wire(chain, code_versions, registry=registry, environment=ENVIRONMENT)
+    wiring = wire(chain, code_versions, registry=registry, environment=ENVIRONMENT, cors_origins=cors_origins)
     head = header(source_file, chain.name, command)
     files = {
         "compose.yaml": dump(
@@ -212,6 +214,7 @@ class ComposeTarget:
             given += ["--registry", options.registry]
         if options.entry_port:
             given += ["--port", str(options.entry_port)]
+        given += [arg for origin in options.cors_origins for arg in ("--cors-origin", origin)]
         _, written = write_compose(
             chain,
             source_file,
@@ -220,6 +223,7 @@ class ComposeTarget:
             registry=options.registry,
             command=regenerate_command(source_file, "compose", out_dir, *given),
             entry_port=entry_port,
+            cors_origins=options.cors_origins,
         )
         return [*written, *(c.directory for c in generated.chainlets.values())]
 

@@ -17,6 +17,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -124,10 +125,11 @@ def write_manifests(
     registry: str | None,
     command: str,
     chainlets_dir: str = CHAINLETS_DIR,
+    cors_origins: Iterable[str] = (),
 ) -> tuple[ChainWiring, list[Path]]:
     """Write the manifests of ``chain`` into ``out_dir``; ``chainlets_dir`` is where the generated
     code lies, relative to ``out_dir`` (for the README's build steps)."""
-    wiring = wire(chain, code_versions, registry=registry, environment=ENVIRONMENT)
+    wiring = wire(chain, code_versions, registry=registry, environment=ENVIRONMENT, cors_origins=cors_origins)
     files = manifest_files(wiring, header(source_file, chain.name, command), chainlets_dir)
     return wiring, write_export(out_dir, files, owned=("*.yaml", "README.md"))
 
@@ -169,6 +171,7 @@ class KubernetesTarget:
             chain, source_file, options, target="kubernetes", code_dir=CHAINLETS_DIR, apply_hint=None
         )
         registry = ["--registry", options.registry] if options.registry else []
+        registry += [arg for origin in options.cors_origins for arg in ("--cors-origin", origin)]
         versions = {name: c.code_version for name, c in generated.chainlets.items()}
         wiring, written = write_manifests(
             chain,
@@ -177,6 +180,7 @@ class KubernetesTarget:
             out_dir,
             registry=options.registry,
             command=regenerate_command(source_file, "kubernetes", out_dir, *registry),
+            cors_origins=options.cors_origins,
         )
         if options.apply:
             apply(out_dir, wiring, options.timeout)

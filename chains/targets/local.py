@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from chains.checks import Chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError
-from chains.targets import PushOptions, running_target
+from chains.targets import PushOptions, cors_env, running_target
 from chains.targets.state import (
     STOP_MARGIN_SEC,
     ChainState,
@@ -293,6 +293,8 @@ def _environment(chain: Chain, name: str, token: str, options: PushOptions) -> d
             env[f"CHAINS_SECRET_{key}"] = secrets_values[key]
     if spec is chain.entrypoint and options.api_key:
         env["CHAINS_API_KEY"] = options.api_key
+    if spec is chain.entrypoint:
+        env.update(cors_env(chain, options.cors_origins))
     return env
 
 

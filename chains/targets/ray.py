@@ -37,7 +37,7 @@ from typing import Any
 
 from chains.checks import Chain, ChainletSpec
 from chains.errors import ChainsRuntimeError, ChainsUsageError
-from chains.targets import PushOptions, running_target
+from chains.targets import PushOptions, cors_env, running_target
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -236,6 +236,8 @@ def _environment(
             env[f"CHAINS_SECRET_{key}"] = options.secrets[key]
     if spec is chain.entrypoint and options.api_key:
         env["CHAINS_API_KEY"] = options.api_key
+    if spec is chain.entrypoint:
+        env.update(cors_env(chain, options.cors_origins))
     return env
 
 

@@ -280,12 +280,15 @@ class TrussTarget:
             apply_hint="deploy each Truss with `truss push`",
         )
         versions = {name: c.code_version for name, c in generated.chainlets.items()}
-        wiring = wire(chain, versions, registry=None, environment=ENVIRONMENT)
+        wiring = wire(
+            chain, versions, registry=None, environment=ENVIRONMENT, cors_origins=options.cors_origins
+        )
         urls = [
             arg
             for name, url in sorted(options.model_urls.items())
             for arg in ("--model-url", f"{name}={url}")
         ]
+        urls += [arg for origin in options.cors_origins for arg in ("--cors-origin", origin)]
         command = regenerate_command(source_file, "truss", out_dir, *urls)
         head = header(source_file, chain.name, command)
         templates = jinja2.Environment(

@@ -14,12 +14,13 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from chains.checks import Chain, ChainletSpec
 from chains.errors import ChainsUsageError
 from chains.server.settings import SECRET_PREFIX
+from chains.targets import cors_env
 from chains.targets.images import image_name
 
 __all__ = [
@@ -157,9 +158,18 @@ def drain_grace(spec: ChainletSpec) -> float:
 
 
 def wire(
-    chain: Chain, code_versions: Mapping[str, str], *, registry: str | None, environment: str
+    chain: Chain,
+    code_versions: Mapping[str, str],
+    *,
+    registry: str | None,
+    environment: str,
+    cors_origins: Iterable[str] = (),
 ) -> ChainWiring:
-    """The services of ``chain``; ``code_versions`` maps each chainlet to its generated code version."""
+    """The services of ``chain``; ``code_versions`` maps each chainlet to its generated code version.
+
+    ``cors_origins`` are allowed on the entrypoint besides its RemoteConfig's (``--cors-origin``).
+    """
+
     services: dict[str, str] = {}
     labels: dict[str, str] = {}
     for spec in chain.chainlets:
@@ -189,6 +199,8 @@ def wire(
                 "CHAINS_IS_ENTRYPOINT": "1" if spec is chain.entrypoint else "0",
             }
         )
+        if spec is chain.entrypoint:
+            env.update(cors_env(chain, cors_origins))
         dependencies = sorted({dep.name for dep in spec.dependencies})
         if dependencies:
             urls = {name: [f"http://{services[name]}:{PORT}"] for name in dependencies}
