@@ -110,9 +110,25 @@ __all__ = [
 ]
 
 
+# Truss Chains names for what only Baseten runs: a file using them is told so by name.
+_BASETEN_ONLY = {
+    "EngineBuilderLLMChainlet": "a TensorRT-LLM engine that Baseten builds and serves",
+    "EngineBuilderLLMInput": "the input of a TensorRT-LLM engine that Baseten builds and serves",
+    "TrussChainlet": "a Truss directory deployed on Baseten as a member of the chain",
+    "WeightsSource": "weights that Baseten mirrors at deployment",
+    "Environment": "a Baseten deployment environment",
+}
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        if name in _BASETEN_ONLY:
+            raise ChainsUsageError(
+                f"chains.{name} is {_BASETEN_ONLY[name]}: it runs on Baseten only, which chains "
+                "cannot deploy to. Deploy that part with Truss Chains, and call it from this chain "
+                "by URL (a chains.StubBase with from_url); see docs/migrating-from-truss.md"
+            )
         raise AttributeError(f"module 'chains' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function

@@ -45,6 +45,19 @@ def import_chain_file(path: str | Path) -> tuple[ModuleType, list[Violation]]:
         except ChainsUsageError:
             del sys.modules[module_name]
             raise
+        except ModuleNotFoundError as exc:
+            del sys.modules[module_name]
+            if (exc.name or "").split(".")[0] in ("truss", "truss_chains"):
+                raise ChainsUsageError(
+                    f"{path}: the file imports {exc.name}, Truss's own package, which is not installed. "
+                    "chains needs only its own import (`import chains` for `import truss_chains as "
+                    "chains`); Truss's config types (truss.base.truss_config) describe what only Baseten "
+                    "acts on: install them with `pip install truss` to check and export "
+                    "such a file (see docs/migrating-from-truss.md)"
+                ) from exc
+            raise ChainsUsageError(
+                f"{path}: importing the chain file failed:\n{_short_traceback(exc)}"
+            ) from exc
         except Exception as exc:
             del sys.modules[module_name]
             raise ChainsUsageError(

@@ -262,3 +262,24 @@ def test_an_http_exception_keeps_its_status_and_detail_through_every_hop(tmp_pat
     frames = error["user_stack_trace"]
     assert frames and frames[-1]["filename"].endswith("http_errors.py") and frames[-1]["name"] == "run_remote"
     assert error["cause"]["chainlet"] == "FailingHelper" and error["cause"]["status"] == 422
+
+
+@pytest.mark.parametrize(
+    "file",
+    ["baseten_llm/trt_llama.py", "mistral/mistral_chainlet.py", "audio-transcription/whisper_chainlet.py"],
+)
+def test_files_that_need_baseten_fail_with_one_clear_message(file: str) -> None:
+    result = Cli(Path("unused")).run("check", str(VENDORED / "examples" / file), check=False)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "imports truss, Truss's own package" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_baseten_only_names_say_so_when_used(tmp_path: Path) -> None:
+    file = tmp_path / "engine.py"
+    file.write_text("import chains\n\n\nclass Llama(chains.EngineBuilderLLMChainlet):\n    pass\n")
+    result = Cli(tmp_path / "home").run("check", str(file), check=False)
+    assert result.returncode == 1
+    assert "chains.EngineBuilderLLMChainlet is a TensorRT-LLM engine" in result.stderr
+    assert "runs on Baseten only" in result.stderr
