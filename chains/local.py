@@ -116,7 +116,7 @@ class LocalStub:
         self._instance = instance
         self._marker = marker
         self._serialize = serialize
-        self._limit = CallLimit(marker.concurrency_limit)
+        self._limit = CallLimit(marker.concurrency_limit, spec.name)
         self._pool: ThreadPoolExecutor | None = None
         endpoint = self._endpoint
         method: Callable[..., Any]
@@ -130,6 +130,11 @@ class LocalStub:
 
     def __repr__(self) -> str:
         return f"LocalStub({self._spec.name})"
+
+    @property
+    def _async_semaphore_wrapper(self) -> CallLimit:
+        # Truss Chains' name for the concurrency limit, which its test chains tune.
+        return self._limit
 
     def _arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         endpoint = self._endpoint

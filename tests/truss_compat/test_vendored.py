@@ -283,3 +283,15 @@ def test_baseten_only_names_say_so_when_used(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "chains.EngineBuilderLLMChainlet is a TensorRT-LLM engine" in result.stderr
     assert "runs on Baseten only" in result.stderr
+
+
+async def test_the_throttling_chain_waits_for_slots_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    chain = load_chain(TESTS / "throttling_chain" / "throttling_chain.py")
+    with chains.run_local(), caplog.at_level("WARNING", logger="chains.stubs"):
+        entry = chain.entrypoint.cls()
+        four = await entry.run_remote(num_requests=4)
+        eight = await entry.run_remote(num_requests=8)
+    # Each call sleeps 0.5 s and 4 run at once: 8 calls need two rounds, 4 calls one.
+    assert four >= 0.5 and eight >= 1.0
+    waits = [r.getMessage() for r in caplog.records if "wait for a slot" in r.getMessage()]
+    assert waits and "concurrency_limit=4" in waits[0]
