@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from chains.batching import batched
 from chains.chainlet import ChainletBase, ModelBase, depends, depends_context, mark_entrypoint
 from chains.config import (
     Assets,
@@ -98,6 +99,7 @@ __all__ = [
     "StubBase",
     "UnknownFrameKind",
     "Violation",
+    "batched",
     "depends",
     "depends_context",
     "make_abs_path_here",

@@ -1,0 +1,442 @@
+"""Adaptive batching: concurrent single calls to a chainlet, served by one call of its body.
+
+A model is fastest when one forward pass takes many inputs. ``@chains.batched`` lets
+``run_remote`` take the inputs of a whole batch while its callers (stubs, HTTP clients,
+``run_local``) still send one input and get one output::
+
+    class Embedder(chains.ChainletBase):
+        remote_config = chains.RemoteConfig(compute=chains.Compute(concurrency=1))
+
+        @chains.batched(max_batch_size=32, max_wait_ms=10)
+        async def run_remote(self, texts: list[str]) -> list[list[float]]:
+            return self._model.encode(texts)
+
+The :class:`Batcher` gathers the calls: a batch goes when it is full or when its oldest call
+has waited ``max_wait_ms``, counted from the call's arrival, so calls that queued while the
+model ran go at once when it is free. At most ``concurrency`` batches run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, overload
+
+from chains.call_context import CallContext, current_call, new_request_id, serving_call
+from chains.errors import ChainsRuntimeError, DeadlineExceeded
+
+__all__ = [
+    "BatchConfig",
+    "BatchObserver",
+    "BatchedEndpoint",
+    "Batcher",
+    "QueueFull",
+    "batch_config_of",
+    "batched",
+    "install_batcher",
+]
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+DEFAULT_MAX_BATCH_SIZE = 32
+DEFAULT_MAX_WAIT_MS = 10.0
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """The arguments of ``@chains.batched``."""
+
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    max_wait_ms: float = DEFAULT_MAX_WAIT_MS
+
+    def problems(self) -> list[str]:
+        """What is wrong with the decorator's arguments, in plain words."""
+        found = []
+        size = self.max_batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            found.append(f"max_batch_size must be a whole number >= 1, got {size!r}")
+        wait = self.max_wait_ms
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < float("inf"):
+            found.append(f"max_wait_ms must be a number >= 0 (milliseconds), got {wait!r}")
+        return found
+
+    def describe(self) -> str:
+        return f"batched: up to {self.max_batch_size} calls per run, waiting up to {self.max_wait_ms:g} ms"
+
+
+class BatchedEndpoint(Generic[In, Out]):
+    """What ``@chains.batched`` leaves on the class: ``run_remote`` for one input at a time.
+
+    On an instance, ``run_remote(x)`` queues ``x`` for the next batch and returns its own
+    output; ``run_remote.batch([x, y])`` calls the body directly with a list.
+    """
+
+    def __init__(self, func: Callable[..., Any], config: BatchConfig) -> None:
+        # What functools.update_wrapper copies (the source reader unwraps __wrapped__).
+        self.__module__ = func.__module__
+        self.__name__ = func.__name__
+        self.__qualname__ = func.__qualname__
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+        self.__func__ = func
+        self.config = config
+        params = list(inspect.signature(func).parameters.values())
+        self.param = params[1].name if len(params) > 1 else ""
+        self.is_async = inspect.iscoroutinefunction(func)
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> BatchedEndpoint[In, Out]: ...
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> BoundBatched[In, Out]: ...
+    def __get__(
+        self, instance: object | None, owner: type | None = None
+    ) -> BatchedEndpoint[In, Out] | BoundBatched[In, Out]:
+        if instance is None:
+            return self
+        return BoundBatched(self, instance)
+
+    async def call_body(self, instance: object, items: list[Any]) -> Any:
+        """The body on one batch; a sync body runs in a worker thread."""
+        if self.is_async:
+            return await self.__func__(instance, items)
+        return await asyncio.to_thread(self.__func__, instance, items)
+
+
+class BoundBatched(Generic[In, Out]):
+    """``instance.run_remote`` of a batched chainlet."""
+
+    __slots__ = ("_endpoint", "_instance")
+
+    def __init__(self, endpoint: BatchedEndpoint[In, Out], instance: object) -> None:
+        self._endpoint = endpoint
+        self._instance = instance
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Out:
+        param = self._endpoint.param
+        if len(args) + len(kwargs) != 1 or (kwargs and param not in kwargs):
+            raise TypeError(f"run_remote takes one input, `{param}`, by position or by name")
+        item = args[0] if args else kwargs[param]
+        result: Out = await batcher_of(self._instance).submit(item)
+        return result
+
+    async def batch(self, items: list[In]) -> list[Out]:
+        """Call the body with ``items`` directly, without waiting for other calls."""
+        result: list[Out] = await self._endpoint.call_body(self._instance, items)
+        return result
+
+
+@overload
+def batched(func: Callable[[Any, list[In]], Awaitable[list[Out]]], /) -> BatchedEndpoint[In, Out]: ...
+@overload
+def batched(func: Callable[[Any, list[In]], list[Out]], /) -> BatchedEndpoint[In, Out]: ...
+@overload
+def batched(
+    *, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, max_wait_ms: float = DEFAULT_MAX_WAIT_MS
+) -> Callable[[Callable[[Any, list[Any]], Any]], BatchedEndpoint[Any, Any]]: ...
+def batched(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
+) -> BatchedEndpoint[Any, Any] | Callable[[Callable[..., Any]], BatchedEndpoint[Any, Any]]:
+    """Serve concurrent calls of ``run_remote`` in batches.
+
+    The body takes a list of inputs and returns a list of outputs of the same length, in the
+    same order; an output that is an exception fails only its own call. Callers send one
+    input and get one output::
+
+        @chains.batched(max_batch_size=32, max_wait_ms=10)
+        async def run_remote(self, prompts: list[str]) -> list[str]:
+            return await self._model.generate(prompts)
+
+    A sync ``def`` body runs in a worker thread. Bad arguments are reported by the chainlet's
+    checks, with the rest of its problems.
+    """
+    config = BatchConfig(max_batch_size, max_wait_ms)
+    if func is not None:
+        return BatchedEndpoint(func, config)
+
+    def decorate(f: Callable[..., Any]) -> BatchedEndpoint[Any, Any]:
+        return BatchedEndpoint(f, config)
+
+    return decorate
+
+
+def batch_config_of(attr: object) -> BatchConfig | None:
+    """The batching of a ``run_remote`` attribute found in a class body, if it is batched."""
+    return attr.config if isinstance(attr, BatchedEndpoint) else None
+
+
+# -- the scheduler -----------------------------------------------------------------------------
+
+
+class QueueFull(ChainsRuntimeError):
+    """The batch queue holds ``max_queue`` calls already; the server answers 503."""
+
+
+class BatchSizeError(ChainsRuntimeError):
+    """A batched body returned something other than one output per input."""
+
+
+class BatchObserver(Protocol):
+    """Where the batcher reports each batch it starts (the server's metrics)."""
+
+    def batch_started(self, size: int, waits: Sequence[float]) -> None: ...
+
+
+@dataclass(eq=False)
+class _Call:
+    item: Any
+    future: asyncio.Future[Any]
+    arrived: float  # the event loop's clock
+    context: CallContext | None
+
+
+@dataclass
+class _LoopState:
+    """What belongs to one event loop: run_local may serve each call under its own."""
+
+    loop: asyncio.AbstractEventLoop
+    slots: asyncio.Semaphore
+    queue: collections.deque[_Call] = field(default_factory=collections.deque)
+    dispatcher: asyncio.Task[None] | None = None
+    wakeup: asyncio.Future[None] | None = None
+    running: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+class Batcher:
+    """Gathers single calls into batches for ``body`` and hands each caller its own output.
+
+    ``concurrency`` batches run at once at most; past ``max_queue`` waiting calls,
+    :meth:`submit` raises :class:`QueueFull` (``None``: no bound)::
+
+        batcher = Batcher(body, chainlet="Embedder", config=BatchConfig(32, 10))
+        vector = await batcher.submit("some text")
+    """
+
+    def __init__(
+        self,
+        body: Callable[[list[Any]], Awaitable[Any]],
+        *,
+        chainlet: str,
+        config: BatchConfig,
+        concurrency: int = 1,
+        max_queue: int | None = None,
+        observer: BatchObserver | None = None,
+    ) -> None:
+        self._body = body
+        self.chainlet = chainlet
+        self.config = config
+        self.concurrency = concurrency
+        self.max_queue = max_queue
+        self._observer = observer
+        self._max_wait = config.max_wait_ms / 1000
+        self._state: _LoopState | None = None
+
+    @property
+    def queued(self) -> int:
+        """Calls waiting for a batch."""
+        return len(self._state.queue) if self._state is not None else 0
+
+    @property
+    def full(self) -> bool:
+        return self.max_queue is not None and self.queued >= self.max_queue
+
+    async def submit(self, item: Any) -> Any:
+        """Queue ``item`` for a batch and return its output (or raise its error)."""
+        state = self._current()
+        if self.max_queue is not None and len(state.queue) >= self.max_queue:
+            raise QueueFull(f"{self.chainlet}: {len(state.queue)} calls are waiting for a batch already")
+        call = _Call(item, state.loop.create_future(), state.loop.time(), current_call())
+        queue = state.queue
+        queue.append(call)
+        # The dispatcher sleeps until the oldest call's wait is over; it needs waking only
+        # for the first call or for a full batch.
+        if len(queue) == 1 or len(queue) == self.config.max_batch_size:
+            wakeup = state.wakeup
+            if wakeup is not None and not wakeup.done():
+                wakeup.set_result(None)
+        try:
+            return await call.future
+        except asyncio.CancelledError:
+            # The caller left (its client went away, or its deadline passed): its item goes.
+            if not call.future.done() or call.future.cancelled():
+                # Not in the queue: in a running batch already, whose output for it is dropped.
+                with contextlib.suppress(ValueError):
+                    queue.remove(call)
+            raise
+
+    async def close(self) -> None:
+        """Stop dispatching; calls still waiting fail with a clear error."""
+        state, self._state = self._state, None
+        if state is None:
+            return
+        if state.dispatcher is not None:
+            state.dispatcher.cancel()
+        while state.queue:
+            call = state.queue.popleft()
+            if not call.future.done():
+                call.future.set_exception(ChainsRuntimeError(f"{self.chainlet} is shutting down"))
+
+    def _current(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        state = self._state
+        if state is None or state.loop is not loop:
+            state = self._state = _LoopState(loop, asyncio.Semaphore(self.concurrency))
+        if state.dispatcher is None or state.dispatcher.done():
+            state.dispatcher = loop.create_task(self._dispatch(state))
+        return state
+
+    async def _dispatch(self, state: _LoopState) -> None:
+        while True:
+            await state.slots.acquire()
+            try:
+                batch = await self._next_batch(state)
+            except BaseException:
+                state.slots.release()
+                raise
+            task = state.loop.create_task(self._run(state, batch))
+            state.running.add(task)
+            task.add_done_callback(state.running.discard)
+
+    async def _next_batch(self, state: _LoopState) -> list[_Call]:
+        queue, size, loop = state.queue, self.config.max_batch_size, state.loop
+        while True:
+            if not queue:
+                await self._sleep(state, None)
+                continue
+            if len(queue) >= size:
+                break
+            due = queue[0].arrived + self._max_wait
+            if loop.time() >= due:
+                break
+            await self._sleep(state, due)
+        return [queue.popleft() for _ in range(min(size, len(queue)))]
+
+    async def _sleep(self, state: _LoopState, until: float | None) -> None:
+        wakeup = state.wakeup = state.loop.create_future()
+        timer = state.loop.call_at(until, _wake, wakeup) if until is not None else None
+        try:
+            await wakeup
+        finally:
+            state.wakeup = None
+            if timer is not None:
+                timer.cancel()
+
+    async def _run(self, state: _LoopState, batch: list[_Call]) -> None:
+        try:
+            now = time.monotonic()
+            live = []
+            for call in batch:
+                if call.future.done():  # cancelled between the queue and here
+                    continue
+                deadline = call.context.deadline if call.context is not None else None
+                if deadline is not None and deadline <= now:
+                    late = f"{self.chainlet}: the caller's deadline passed before its batch ran"
+                    call.future.set_exception(DeadlineExceeded(late))
+                    continue
+                live.append(call)
+            if not live:
+                return
+            started = state.loop.time()
+            if self._observer is not None:
+                self._observer.batch_started(len(live), [started - c.arrived for c in live])
+            try:
+                with serving_call(_batch_context(live)):
+                    outputs = await self._body([c.item for c in live])
+                _check_outputs(self.chainlet, live, outputs)
+            except Exception as exc:
+                for call in live:
+                    if not call.future.done():
+                        call.future.set_exception(exc)
+                return
+            for call, output in zip(live, outputs, strict=True):
+                if call.future.done():
+                    continue
+                if isinstance(output, Exception):
+                    call.future.set_exception(output)
+                else:
+                    call.future.set_result(output)
+        finally:
+            state.slots.release()
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _check_outputs(chainlet: str, batch: list[_Call], outputs: Any) -> None:
+    if isinstance(outputs, list | tuple) and len(outputs) == len(batch):
+        return
+    got = f"{len(outputs)} outputs" if isinstance(outputs, list | tuple) else f"a {type(outputs).__name__}"
+    raise BatchSizeError(
+        f"chainlet {chainlet}: the batched run_remote got {len(batch)} inputs and returned {got}; "
+        "return a list with one output (or exception) per input, in the order of the inputs"
+    )
+
+
+def _batch_context(batch: list[_Call]) -> CallContext:
+    """The call a batch runs on behalf of: a request id of its own, and the latest of its
+    callers' deadlines (none if one caller has none), since it must serve each of them."""
+    deadlines = [c.context.deadline if c.context is not None else None for c in batch]
+    deadline = None if any(d is None for d in deadlines) else max(d for d in deadlines if d is not None)
+    return CallContext(new_request_id(), deadline)
+
+
+# -- one batcher per chainlet instance ---------------------------------------------------------
+
+_BATCHER_ATTR = "__chains_batcher__"
+
+
+def install_batcher(
+    instance: object,
+    *,
+    chainlet: str,
+    concurrency: int = 1,
+    max_queue: int | None = None,
+    observer: BatchObserver | None = None,
+) -> Batcher | None:
+    """Give a batched chainlet instance the batcher its calls go through (None: not batched)."""
+    endpoint = _endpoint_of(type(instance))
+    if endpoint is None:
+        return None
+    batcher = Batcher(
+        functools.partial(endpoint.call_body, instance),
+        chainlet=chainlet,
+        config=endpoint.config,
+        concurrency=concurrency,
+        max_queue=max_queue,
+        observer=observer,
+    )
+    instance.__dict__[_BATCHER_ATTR] = batcher
+    return batcher
+
+
+def batcher_of(instance: object) -> Batcher:
+    """The instance's batcher; one with run_local's defaults (one batch at a time) if none."""
+    batcher = instance.__dict__.get(_BATCHER_ATTR)
+    if isinstance(batcher, Batcher):
+        return batcher
+    cls = type(instance)
+    # chainlet_name(), without importing the authoring layer into this lower one.
+    name = getattr(getattr(cls, "remote_config", None), "name", None) or cls.__name__
+    made = install_batcher(instance, chainlet=name)
+    assert made is not None, "batcher_of() is called through a batched run_remote"
+    return made
+
+
+def _endpoint_of(cls: type) -> BatchedEndpoint[Any, Any] | None:
+    for klass in cls.__mro__:
+        if "run_remote" in klass.__dict__:
+            attr = klass.__dict__["run_remote"]
+            return attr if isinstance(attr, BatchedEndpoint) else None
+    return None

@@ -1,0 +1,309 @@
+"""Adaptive batching against real chainlet processes on 127.0.0.1.
+
+The fake model costs 5 ms + 0.2 ms per item (``time.sleep`` in a sync body, which runs in a
+worker thread and releases the GIL). It logs each batch it runs, so a test can tell which
+calls were computed. Batches whose composition a test asserts are made deterministic by a
+wait far longer than the test (a batch then goes only when full), never by timing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import ServerProcess, generate_chain, running, wait_until, write_chain
+
+CHAIN = '''
+import json
+import os
+import time
+
+import pydantic
+
+import chains
+
+
+class Job(pydantic.BaseModel):
+    n: int
+
+
+class Answer(pydantic.BaseModel):
+    n: int
+    square: int
+    batch: int
+
+
+def _log(jobs: list[Job]) -> None:
+    path = os.environ.get("MODEL_LOG")
+    if path:
+        with open(path, "a") as log:
+            log.write(json.dumps([j.n for j in jobs]) + "\\n")
+
+
+class Model(chains.ChainletBase):
+    """A fake model: -1 breaks the whole batch, -2 makes the body return one output too few,
+    -3 fails only its own call, -4 makes the batch slow (1 s)."""
+
+    remote_config = chains.RemoteConfig(compute=chains.Compute(concurrency=1))
+
+    @chains.batched(
+        max_batch_size=int(os.environ.get("MODEL_BATCH", "8")),
+        max_wait_ms=float(os.environ.get("MODEL_WAIT_MS", "10")),
+    )
+    def run_remote(self, jobs: list[Job]) -> list[Answer | ValueError]:
+        _log(jobs)
+        numbers = [j.n for j in jobs]
+        time.sleep(0.005 + 0.0002 * len(jobs) + (1.0 if -4 in numbers else 0.0))
+        if -1 in numbers:
+            raise RuntimeError(f"the model broke on a batch of {len(jobs)}")
+        answers: list[Answer | ValueError] = [
+            ValueError(f"cannot answer {j.n}")
+            if j.n == -3
+            else Answer(n=j.n, square=j.n * j.n, batch=len(jobs))
+            for j in jobs
+        ]
+        return answers[:-1] if -2 in numbers else answers
+
+
+@chains.mark_entrypoint
+class Entry(chains.ChainletBase):
+    def __init__(self, model: Model = chains.depends(Model)) -> None:
+        self._model = model
+
+    async def run_remote(self, n: int) -> int:
+        answer = await self._model.run_remote(Job(n=n))
+        return answer.square
+'''
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("batching")
+    file = write_chain(folder / "src", CHAIN)
+    return generate_chain(file, folder / "out")
+
+
+def model_server(generated: dict[str, Path], log: Path, **env: str) -> ServerProcess:
+    return ServerProcess(generated["Model"], env={"MODEL_LOG": str(log), **env})
+
+
+@pytest.fixture(scope="module")
+def full_only(
+    generated: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """Batches of exactly 8: the wait (60 s) is longer than any test here."""
+    log = tmp_path_factory.mktemp("full") / "batches.jsonl"
+    with running(model_server(generated, log, MODEL_WAIT_MS="60000")) as (server,):
+        yield server
+
+
+@pytest.fixture()
+def small_queue(generated: dict[str, Path], tmp_path: Path) -> Iterator[tuple[ServerProcess, Path]]:
+    log = tmp_path / "batches.jsonl"
+    with running(model_server(generated, log, CHAINS_MAX_QUEUE="3")) as (server,):
+        yield server, log
+
+
+def post(server: ServerProcess, n: int, timeout: float = 30, **headers: str) -> httpx.Response:
+    return httpx.post(
+        server.url + "/run_remote",
+        content=json.dumps({"jobs": {"n": n}}),
+        headers={**server.headers, **headers},
+        timeout=timeout,
+    )
+
+
+def post_all(server: ServerProcess, numbers: list[int]) -> list[httpx.Response]:
+    with concurrent.futures.ThreadPoolExecutor(len(numbers)) as pool:
+        return list(pool.map(lambda n: post(server, n), numbers))
+
+
+def batches(log: Path) -> list[list[int]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def metric(server: ServerProcess, name: str) -> float:
+    text = httpx.get(server.url + "/metrics", timeout=5).text
+    found = re.search(rf"^{name}{{[^}}]*}} (\S+)$", text, re.MULTILINE)
+    assert found is not None, f"{name} not in /metrics:\n{text}"
+    return float(found.group(1))
+
+
+def test_a_full_batch_goes_at_once_and_each_caller_gets_its_own_answer(full_only: ServerProcess) -> None:
+    numbers = [3, 14, 15, 92, 65, 35, 89, 79]
+    responses = post_all(full_only, numbers)
+    for n, response in zip(numbers, responses, strict=True):
+        assert response.status_code == 200, response.text
+        assert response.json() == {"n": n, "square": n * n, "batch": 8}
+
+
+def test_a_body_exception_fails_every_call_of_its_batch_with_the_remote_traceback(
+    full_only: ServerProcess,
+) -> None:
+    responses = post_all(full_only, [1, 2, 3, -1, 5, 6, 7, 8])
+    for response in responses:
+        assert response.status_code == 500
+        error = response.json()["error"]
+        assert error["exc_type"] == "RuntimeError"
+        assert error["message"] == "the model broke on a batch of 8"
+        assert "raise RuntimeError" in error["traceback"]
+
+
+def test_a_returned_exception_fails_only_its_own_call(full_only: ServerProcess) -> None:
+    numbers = [1, 2, -3, 4, 5, 6, 7, 8]
+    responses = post_all(full_only, numbers)
+    for n, response in zip(numbers, responses, strict=True):
+        if n == -3:
+            assert response.status_code == 500
+            assert response.json()["error"]["exc_type"] == "ValueError"
+            assert response.json()["error"]["message"] == "cannot answer -3"
+        else:
+            assert response.status_code == 200 and response.json()["square"] == n * n
+
+
+def test_a_wrong_number_of_outputs_fails_the_batch_naming_the_chainlet(full_only: ServerProcess) -> None:
+    for response in post_all(full_only, [1, 2, 3, 4, -2, 6, 7, 8]):
+        assert response.status_code == 500
+        message = response.json()["error"]["message"]
+        assert message.startswith(
+            "chainlet Model: the batched run_remote got 8 inputs and returned 7 outputs"
+        )
+
+
+def test_a_partial_batch_goes_when_its_oldest_call_has_waited(
+    generated: dict[str, Path], tmp_path: Path
+) -> None:
+    log = tmp_path / "batches.jsonl"
+    with running(model_server(generated, log, MODEL_WAIT_MS="500")) as (server,):
+        started = time.monotonic()
+        responses = post_all(server, [1, 2, 3])
+        elapsed = time.monotonic() - started
+    assert [r.json()["n"] for r in responses] == [1, 2, 3]
+    assert all(r.json()["batch"] == len(batches(log)[0]) for r in responses)
+    assert sorted(n for batch in batches(log) for n in batch) == [1, 2, 3]
+    assert elapsed >= 0.5  # none of the (partial) batches went before its oldest call waited
+
+
+def _send_slow(server: ServerProcess, log: Path) -> concurrent.futures.Future[httpx.Response]:
+    """Occupy the model (concurrency 1) for a second; return once its batch has started."""
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    slow = pool.submit(post, server, -4)
+    pool.shutdown(wait=False)
+    wait_until(lambda: [-4] in batches(log), 10, "the slow batch started")
+    return slow
+
+
+def test_an_expired_deadline_is_answered_504_and_never_computed(
+    small_queue: tuple[ServerProcess, Path],
+) -> None:
+    server, log = small_queue
+    slow = _send_slow(server, log)
+    late = post(server, 77, **{"x-chains-timeout": "0.1"})
+    assert late.status_code == 504
+    assert late.json()["error"]["exc_type"] == "DeadlineExceeded"
+    assert slow.result(10).status_code == 200
+    after = post(server, 78)
+    assert after.status_code == 200 and after.json()["square"] == 78 * 78
+    assert all(77 not in batch for batch in batches(log))
+
+
+def test_a_cancelled_callers_call_leaves_the_queue(small_queue: tuple[ServerProcess, Path]) -> None:
+    server, log = small_queue
+    slow = _send_slow(server, log)
+    with pytest.raises(httpx.ReadTimeout):
+        post(server, 55, timeout=0.3)  # the client gives up and closes its connection
+    wait_until(lambda: metric(server, "chains_batch_queue_length") == 0, 5, "the queue emptied")
+    assert slow.result(10).status_code == 200
+    assert post(server, 56).status_code == 200
+    assert all(55 not in batch for batch in batches(log))
+
+
+def test_past_the_queue_bound_calls_get_503_with_retry_after(
+    small_queue: tuple[ServerProcess, Path],
+) -> None:
+    server, log = small_queue
+    slow = _send_slow(server, log)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        queued = [pool.submit(post, server, n) for n in (10, 11, 12)]
+        wait_until(lambda: metric(server, "chains_batch_queue_length") == 3, 5, "three calls queued")
+        refused = post(server, 13)
+        assert refused.status_code == 503
+        assert refused.headers["retry-after"] == "1"
+        assert "3 calls waiting for a batch" in refused.json()["detail"]
+        assert [f.result(10).json()["square"] for f in queued] == [100, 121, 144]
+    assert slow.result(10).status_code == 200
+    # The concurrency limit (1) counts batches: the three queued calls ran as one batch.
+    assert sorted(batches(log)[-1]) == [10, 11, 12]
+    assert metric(server, "chains_batch_size_count") == 2
+
+
+def test_64_concurrent_callers_for_10_seconds_lose_nothing(
+    generated: dict[str, Path], tmp_path: Path
+) -> None:
+    log = tmp_path / "batches.jsonl"
+    stop_at = time.monotonic() + 10
+    failures: list[str] = []
+    answered = [0] * 64
+
+    def caller(index: int, server: ServerProcess) -> None:
+        with httpx.Client(headers=server.headers, timeout=30) as client:
+            n = index * 1_000_000
+            while time.monotonic() < stop_at and not failures and n < (index + 1) * 1_000_000:
+                response = client.post(server.url + "/run_remote", content=json.dumps({"jobs": {"n": n}}))
+                if response.status_code != 200 or response.json()["square"] != n * n:
+                    failures.append(f"{n}: {response.status_code} {response.text[:200]}")
+                    return
+                answered[index] += 1
+                n += 1
+
+    with running(model_server(generated, log, MODEL_BATCH="32", MODEL_WAIT_MS="5")) as (server,):
+        threads = [threading.Thread(target=caller, args=(i, server)) for i in range(64)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not any(thread.is_alive() for thread in threads)
+        served = metric(server, "chains_batch_size_sum")
+        runs = metric(server, "chains_batch_size_count")
+    assert not failures, failures[:5]
+    total = sum(answered)
+    computed = [n for batch in batches(log) for n in batch]
+    # Every call was computed exactly once, and answered.
+    assert len(computed) == len(set(computed)) == total == served
+    assert max(len(batch) for batch in batches(log)) > 1
+    assert runs < total
+
+
+def test_the_stub_and_openapi_show_the_single_item_form(generated: dict[str, Path]) -> None:
+    text = (generated["Entry"] / "chains_stubs" / "model.py").read_text()
+    # The body's `list[Answer | ValueError]` is `Answer` for a caller: errors arrive as errors.
+    assert "async def run_remote(self, jobs: Job) -> Answer:" in text
+    assert "from chain import Answer, Job\n" in text
+    with running(ServerProcess(generated["Model"])) as (server,):
+        document = httpx.get(server.url + "/openapi.json", timeout=5).json()
+    summary = document["paths"]["/run_remote"]["post"]["summary"]
+    assert summary.startswith("async run_remote(jobs: Job) -> Answer (batched: up to 8 calls per run")
+
+
+def test_a_caller_chainlet_calls_the_batched_one_with_one_input(generated: dict[str, Path]) -> None:
+    model = ServerProcess(generated["Model"])
+    with running(model):
+        entry = ServerProcess(generated["Entry"], entrypoint=True, dependencies={"Model": [model.url]})
+        with running(entry), concurrent.futures.ThreadPoolExecutor(8) as pool:
+            responses = list(
+                pool.map(
+                    lambda n: httpx.post(
+                        entry.url + "/run_remote", json={"n": n}, headers=entry.headers, timeout=30
+                    ),
+                    range(8),
+                )
+            )
+    assert [r.json() for r in responses] == [n * n for n in range(8)]
