@@ -319,7 +319,23 @@ class Batcher:
             if loop.time() >= due:
                 break
             await self._sleep(state, due)
-        return [queue.popleft() for _ in range(min(size, len(queue)))]
+        batch: list[_Call] = []
+        now = time.monotonic()
+        while queue and len(batch) < size:
+            call = queue.popleft()
+            if not self._expired(call, now):
+                batch.append(call)  # a call whose deadline has passed leaves room for another
+        return batch
+
+    def _expired(self, call: _Call, now: float) -> bool:
+        """Fail ``call`` with a deadline error if its caller's deadline has passed."""
+        deadline = call.context.deadline if call.context is not None else None
+        if deadline is None or deadline > now:
+            return False
+        if not call.future.done():
+            late = f"{self.chainlet}: the caller's deadline passed before its batch ran"
+            call.future.set_exception(DeadlineExceeded(late))
+        return True
 
     async def _sleep(self, state: _LoopState, until: float | None) -> None:
         wakeup = state.wakeup = state.loop.create_future()
@@ -336,14 +352,9 @@ class Batcher:
             now = time.monotonic()
             live = []
             for call in batch:
-                if call.future.done():  # cancelled between the queue and here
-                    continue
-                deadline = call.context.deadline if call.context is not None else None
-                if deadline is not None and deadline <= now:
-                    late = f"{self.chainlet}: the caller's deadline passed before its batch ran"
-                    call.future.set_exception(DeadlineExceeded(late))
-                    continue
-                live.append(call)
+                # Cancelled, or out of time, between the queue and here.
+                if not call.future.done() and not self._expired(call, now):
+                    live.append(call)
             if not live:
                 return
             started = state.loop.time()
