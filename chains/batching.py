@@ -21,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, overload
 
@@ -215,6 +217,7 @@ class _LoopState:
 class Batcher:
     """Gathers single calls into batches for ``body`` and hands each caller its own output.
 
+    ``body`` is a coroutine function, or with ``sync=True`` a function run in worker threads.
     ``concurrency`` batches run at once at most; past ``max_queue`` waiting calls,
     :meth:`submit` raises :class:`QueueFull` (``None``: no bound)::
 
@@ -224,15 +227,18 @@ class Batcher:
 
     def __init__(
         self,
-        body: Callable[[list[Any]], Awaitable[Any]],
+        body: Callable[[list[Any]], Any],
         *,
         chainlet: str,
         config: BatchConfig,
         concurrency: int = 1,
         max_queue: int | None = None,
         observer: BatchObserver | None = None,
+        sync: bool = False,
     ) -> None:
         self._body = body
+        self._sync = sync
+        self._executor: ThreadPoolExecutor | None = None
         self.chainlet = chainlet
         self.config = config
         self.concurrency = concurrency
@@ -281,6 +287,8 @@ class Batcher:
             return
         if state.dispatcher is not None:
             state.dispatcher.cancel()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
         while state.queue:
             call = state.queue.popleft()
             if not call.future.done():
@@ -300,10 +308,14 @@ class Batcher:
             await state.slots.acquire()
             try:
                 batch = await self._next_batch(state)
+                running = self._start(state, batch) if batch else None
             except BaseException:
                 state.slots.release()
                 raise
-            task = state.loop.create_task(self._run(state, batch))
+            if running is None:
+                state.slots.release()
+                continue
+            task = state.loop.create_task(self._finish(state, batch, running))
             state.running.add(task)
             task.add_done_callback(state.running.discard)
 
@@ -347,37 +359,57 @@ class Batcher:
             if timer is not None:
                 timer.cancel()
 
-    async def _run(self, state: _LoopState, batch: list[_Call]) -> None:
+    def _start(self, state: _LoopState, batch: list[_Call]) -> asyncio.Future[Any]:
+        """Start the body on ``batch`` now: a sync body's thread starts at once, rather than once
+        a task gets its turn behind the callers the previous batch has just woken."""
+        loop = state.loop
+        if self._observer is not None:
+            started = loop.time()
+            self._observer.batch_started(len(batch), [started - c.arrived for c in batch])
+        items = [c.item for c in batch]
         try:
-            now = time.monotonic()
-            live = []
-            for call in batch:
-                # Cancelled, or out of time, between the queue and here.
-                if not call.future.done() and not self._expired(call, now):
-                    live.append(call)
-            if not live:
-                return
-            started = state.loop.time()
-            if self._observer is not None:
-                self._observer.batch_started(len(live), [started - c.arrived for c in live])
+            with serving_call(_batch_context(batch)):
+                if not self._sync:
+                    started_body: asyncio.Future[Any] = asyncio.ensure_future(self._body(items))
+                    return started_body
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(self.concurrency, f"{self.chainlet}-batch")
+                context = contextvars.copy_context()
+                return loop.run_in_executor(self._executor, context.run, self._body, items)
+        except Exception as exc:  # the body could not even start, e.g. a sync one called as async
+            failed: asyncio.Future[Any] = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+
+    async def _finish(self, state: _LoopState, batch: list[_Call], running: asyncio.Future[Any]) -> None:
+        released = False
+        try:
+            error: Exception | None = None
+            outputs: Any = None
             try:
-                with serving_call(_batch_context(live)):
-                    outputs = await self._body([c.item for c in live])
-                _check_outputs(self.chainlet, live, outputs)
+                outputs = await running
+                _check_outputs(self.chainlet, batch, outputs)
             except Exception as exc:
-                for call in live:
+                error = exc
+            # The next batch may start before this one's callers are woken: otherwise the model
+            # would wait while all their responses are written.
+            state.slots.release()
+            released = True
+            if error is not None:
+                for call in batch:
                     if not call.future.done():
-                        call.future.set_exception(exc)
+                        call.future.set_exception(error)
                 return
-            for call, output in zip(live, outputs, strict=True):
-                if call.future.done():
+            for call, output in zip(batch, outputs, strict=True):
+                if call.future.done():  # the caller left while its batch ran
                     continue
                 if isinstance(output, Exception):
                     call.future.set_exception(output)
                 else:
                     call.future.set_result(output)
         finally:
-            state.slots.release()
+            if not released:
+                state.slots.release()
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -421,12 +453,13 @@ def install_batcher(
     if endpoint is None:
         return None
     batcher = Batcher(
-        functools.partial(endpoint.call_body, instance),
+        functools.partial(endpoint.__func__, instance),
         chainlet=chainlet,
         config=endpoint.config,
         concurrency=concurrency,
         max_queue=max_queue,
         observer=observer,
+        sync=not endpoint.is_async,
     )
     instance.__dict__[_BATCHER_ATTR] = batcher
     return batcher

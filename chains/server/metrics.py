@@ -7,12 +7,13 @@ call is two dict updates, which keeps the per-request cost negligible.
 from __future__ import annotations
 
 import bisect
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["BATCH_SIZE_BUCKETS", "LATENCY_BUCKETS", "DependencyCall", "Metrics"]
+__all__ = ["BATCH_SIZE_BUCKETS", "LATENCY_BUCKETS", "DependencyCall", "Metrics", "batching_summary"]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -166,6 +167,29 @@ def _histogram_lines(name: str, labels: str, hist: _Histogram) -> list[str]:
     lines.append(f"{name}_sum{{{labels}}} {hist.total:.6f}")
     lines.append(f"{name}_count{{{labels}}} {hist.samples}")
     return lines
+
+
+_SAMPLE = re.compile(
+    r"^(chains_batch_queue_length|chains_batch_size_sum|chains_batch_size_count)\{[^}]*\} (\S+)$"
+)
+
+
+def batching_summary(text: str) -> str | None:
+    """``queue 3, mean batch 12.4`` from a chainlet's /metrics text; None if it is not batched.
+
+    >>> batching_summary('chains_batch_queue_length{chainlet="Model"} 3')
+    'queue 3, mean batch -'
+    """
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is not None:
+            found[match.group(1)] = float(match.group(2))
+    if "chains_batch_queue_length" not in found:
+        return None
+    batches = found.get("chains_batch_size_count", 0.0)
+    mean = f"{found.get('chains_batch_size_sum', 0.0) / batches:.1f}" if batches else "-"
+    return f"queue {found['chains_batch_queue_length']:.0f}, mean batch {mean}"
 
 
 class DependencyCall:

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import ServerProcess, generate_chain, running, wait_until, write_chain
+from tests.helpers import Cli, ServerProcess, generate_chain, running, wait_until, write_chain
 
 CHAIN = '''
 import json
@@ -307,3 +307,24 @@ def test_a_caller_chainlet_calls_the_batched_one_with_one_input(generated: dict[
                 )
             )
     assert [r.json() for r in responses] == [n * n for n in range(8)]
+
+
+def test_chains_push_serves_the_batched_chain_and_status_shows_its_batching(tmp_path: Path) -> None:
+    file = write_chain(tmp_path / "src", CHAIN)
+    cli = Cli(tmp_path / "home")
+    try:
+        pushed = cli.push(str(file), "--name", "batching-test")
+        url = str(pushed["entrypoint_url"])
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            squares = list(
+                pool.map(lambda n: httpx.post(url + "/run_remote", json={"n": n}, timeout=30), range(8))
+            )
+        assert [r.json() for r in squares] == [n * n for n in range(8)]
+        status = cli.run("status", "batching-test").stdout
+    finally:
+        cli.run("stop", "batching-test", check=False)
+    header, *rows = [line.split() for line in status.splitlines()[1:]]
+    assert header[-1] == "BATCHING"
+    by_name = {row[0]: " ".join(row[6:]) for row in rows}
+    assert by_name["Entry"] == "-"
+    assert re.fullmatch(r"queue 0, mean batch \d+\.\d", by_name["Model"]), status
