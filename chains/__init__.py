@@ -35,6 +35,8 @@ from chains.config import (
 )
 from chains.context import DeploymentContext
 from chains.errors import (
+    BatchQueueFull,
+    BatchSizeError,
     BuildFailed,
     ChainsError,
     ChainsRuntimeError,
@@ -74,6 +76,8 @@ __all__ = [
     "Assets",
     "Autoscale",
     "BasetenImage",
+    "BatchQueueFull",
+    "BatchSizeError",
     "BuildFailed",
     "ChainletBase",
     "ChainletOptions",

@@ -31,14 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, overload
 
 from chains.call_context import CallContext, current_call, new_request_id, serving_call
-from chains.errors import ChainsRuntimeError, DeadlineExceeded
+from chains.errors import BatchQueueFull, BatchSizeError, ChainsRuntimeError, DeadlineExceeded
 
 __all__ = [
     "BatchConfig",
     "BatchObserver",
     "BatchedEndpoint",
     "Batcher",
-    "QueueFull",
     "batch_config_of",
     "batched",
     "install_batcher",
@@ -180,14 +179,6 @@ def batch_config_of(attr: object) -> BatchConfig | None:
 # -- the scheduler -----------------------------------------------------------------------------
 
 
-class QueueFull(ChainsRuntimeError):
-    """The batch queue holds ``max_queue`` calls already; the server answers 503."""
-
-
-class BatchSizeError(ChainsRuntimeError):
-    """A batched body returned something other than one output per input."""
-
-
 class BatchObserver(Protocol):
     """Where the batcher reports each batch it starts (the server's metrics)."""
 
@@ -219,7 +210,7 @@ class Batcher:
 
     ``body`` is a coroutine function, or with ``sync=True`` a function run in worker threads.
     ``concurrency`` batches run at once at most; past ``max_queue`` waiting calls,
-    :meth:`submit` raises :class:`QueueFull` (``None``: no bound)::
+    :meth:`submit` raises :class:`BatchQueueFull` (``None``: no bound)::
 
         batcher = Batcher(body, chainlet="Embedder", config=BatchConfig(32, 10))
         vector = await batcher.submit("some text")
@@ -260,7 +251,7 @@ class Batcher:
         """Queue ``item`` for a batch and return its output (or raise its error)."""
         state = self._current()
         if self.max_queue is not None and len(state.queue) >= self.max_queue:
-            raise QueueFull(f"{self.chainlet}: {len(state.queue)} calls are waiting for a batch already")
+            raise BatchQueueFull(f"{self.chainlet}: {len(state.queue)} calls are waiting for a batch already")
         call = _Call(item, state.loop.create_future(), state.loop.time(), current_call())
         queue = state.queue
         queue.append(call)

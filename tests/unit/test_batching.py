@@ -10,8 +10,9 @@ from typing import Any, ClassVar
 import pytest
 
 import chains
-from chains.batching import BatchConfig, Batcher, BatchSizeError, QueueFull
+from chains.batching import BatchConfig, Batcher
 from chains.call_context import CallContext, serving_call
+from chains.errors import BatchQueueFull, BatchSizeError
 from chains.server.metrics import Metrics
 
 NEVER_MS = 3_600_000.0  # a wait no test reaches: a batch then goes only when full
@@ -135,7 +136,7 @@ def test_past_max_queue_a_call_is_refused() -> None:
         queued = asyncio.ensure_future(b.submit(2))
         await settle()
         assert b.full
-        with pytest.raises(QueueFull, match="1 calls are waiting"):
+        with pytest.raises(BatchQueueFull, match="1 calls are waiting"):
             await b.submit(3)
         body.gate.set()
         assert [await first, await queued] == [10, 20]
