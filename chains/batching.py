@@ -25,7 +25,7 @@ import contextvars
 import functools
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, overload
@@ -90,7 +90,9 @@ class BatchedEndpoint(Generic[In, Out]):
         self.config = config
         params = list(inspect.signature(func).parameters.values())
         self.param = params[1].name if len(params) > 1 else ""
-        self.is_async = inspect.iscoroutinefunction(func)
+        # A body that yields streams a batch: each step is a list, one output per input.
+        self.is_stream = inspect.isasyncgenfunction(func)
+        self.is_async = inspect.iscoroutinefunction(func) or self.is_stream
 
     @overload
     def __get__(self, instance: None, owner: type | None = None) -> BatchedEndpoint[In, Out]: ...
@@ -103,11 +105,12 @@ class BatchedEndpoint(Generic[In, Out]):
             return self
         return BoundBatched(self, instance)
 
-    async def call_body(self, instance: object, items: list[Any]) -> Any:
-        """The body on one batch; a sync body runs in a worker thread."""
+    def call_body(self, instance: object, items: list[Any]) -> Any:
+        """The body on one batch: an awaitable (a sync body runs in a worker thread), or the
+        async iterator of a streaming body's steps."""
         if self.is_async:
-            return await self.__func__(instance, items)
-        return await asyncio.to_thread(self.__func__, instance, items)
+            return self.__func__(instance, items)
+        return asyncio.to_thread(self.__func__, instance, items)
 
 
 class BoundBatched(Generic[In, Out]):
@@ -119,18 +122,19 @@ class BoundBatched(Generic[In, Out]):
         self._endpoint = endpoint
         self._instance = instance
 
-    async def __call__(self, *args: Any, **kwargs: Any) -> Out:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """One input's output (awaitable), or for a streaming body the stream of its outputs."""
         param = self._endpoint.param
         if len(args) + len(kwargs) != 1 or (kwargs and param not in kwargs):
             raise TypeError(f"run_remote takes one input, `{param}`, by position or by name")
         item = args[0] if args else kwargs[param]
-        result: Out = await batcher_of(self._instance).submit(item)
-        return result
+        batcher = batcher_of(self._instance)
+        return batcher.stream(item) if self._endpoint.is_stream else batcher.submit(item)
 
-    async def batch(self, items: list[In]) -> list[Out]:
-        """Call the body with ``items`` directly, without waiting for other calls."""
-        result: list[Out] = await self._endpoint.call_body(self._instance, items)
-        return result
+    def batch(self, items: list[In]) -> Any:
+        """Call the body with ``items`` directly, without waiting for other calls: an awaitable
+        of the outputs, or a streaming body's steps."""
+        return self._endpoint.call_body(self._instance, items)
 
 
 @overload
@@ -187,10 +191,37 @@ class BatchObserver(Protocol):
 
 @dataclass(eq=False)
 class _Call:
+    """One caller's input. ``future`` is done once the call is over: with its output (unary),
+    or, for a stream, when its last item or its error is in ``items``."""
+
     item: Any
     future: asyncio.Future[Any]
     arrived: float  # the event loop's clock
     context: CallContext | None
+    items: asyncio.Queue[Any] | None = None  # a streaming call's outputs, then _END or an error
+
+    def fail(self, error: BaseException) -> None:
+        if self.future.done():
+            return
+        if self.items is None:
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(None)
+            self.items.put_nowait(_Failed(error))
+
+    def end(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+            assert self.items is not None
+            self.items.put_nowait(_END)
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: BaseException
+
+
+_END: Any = object()
 
 
 @dataclass
@@ -208,7 +239,9 @@ class _LoopState:
 class Batcher:
     """Gathers single calls into batches for ``body`` and hands each caller its own output.
 
-    ``body`` is a coroutine function, or with ``sync=True`` a function run in worker threads.
+    ``body`` is a coroutine function, with ``sync=True`` a function run in worker threads, or
+    with ``streaming=True`` an async generator function yielding one list of outputs per step
+    (callers then read :meth:`stream`).
     ``concurrency`` batches run at once at most; past ``max_queue`` waiting calls,
     :meth:`submit` raises :class:`BatchQueueFull` (``None``: no bound)::
 
@@ -226,9 +259,11 @@ class Batcher:
         max_queue: int | None = None,
         observer: BatchObserver | None = None,
         sync: bool = False,
+        streaming: bool = False,
     ) -> None:
         self._body = body
         self._sync = sync
+        self._streaming = streaming
         self._executor: ThreadPoolExecutor | None = None
         self.chainlet = chainlet
         self.config = config
@@ -249,18 +284,7 @@ class Batcher:
 
     async def submit(self, item: Any) -> Any:
         """Queue ``item`` for a batch and return its output (or raise its error)."""
-        state = self._current()
-        if self.max_queue is not None and len(state.queue) >= self.max_queue:
-            raise BatchQueueFull(f"{self.chainlet}: {len(state.queue)} calls are waiting for a batch already")
-        call = _Call(item, state.loop.create_future(), state.loop.time(), current_call())
-        queue = state.queue
-        queue.append(call)
-        # The dispatcher sleeps until the oldest call's wait is over; it needs waking only
-        # for the first call or for a full batch.
-        if len(queue) == 1 or len(queue) == self.config.max_batch_size:
-            wakeup = state.wakeup
-            if wakeup is not None and not wakeup.done():
-                wakeup.set_result(None)
+        state, call = self._enqueue(item, streaming=False)
         try:
             return await call.future
         except asyncio.CancelledError:
@@ -268,8 +292,44 @@ class Batcher:
             if not call.future.done() or call.future.cancelled():
                 # Not in the queue: in a running batch already, whose output for it is dropped.
                 with contextlib.suppress(ValueError):
-                    queue.remove(call)
+                    state.queue.remove(call)
             raise
+
+    async def stream(self, item: Any) -> AsyncIterator[Any]:
+        """Queue ``item`` for a streaming batch and yield its output of each step."""
+        state, call = self._enqueue(item, streaming=True)
+        assert call.items is not None
+        try:
+            while True:
+                value = await call.items.get()
+                if value is _END:
+                    return
+                if isinstance(value, _Failed):
+                    raise value.error
+                yield value
+        finally:
+            # However the caller stopped reading, its batch stops producing for it; a batch
+            # that every caller has left stops altogether.
+            if not call.future.done():
+                call.future.cancel()
+            with contextlib.suppress(ValueError):
+                state.queue.remove(call)
+
+    def _enqueue(self, item: Any, *, streaming: bool) -> tuple[_LoopState, _Call]:
+        state = self._current()
+        queue = state.queue
+        if self.max_queue is not None and len(queue) >= self.max_queue:
+            raise BatchQueueFull(f"{self.chainlet}: {len(queue)} calls are waiting for a batch already")
+        items: asyncio.Queue[Any] | None = asyncio.Queue() if streaming else None
+        call = _Call(item, state.loop.create_future(), state.loop.time(), current_call(), items)
+        queue.append(call)
+        # The dispatcher sleeps until the oldest call's wait is over; it needs waking only
+        # for the first call or for a full batch.
+        if len(queue) == 1 or len(queue) == self.config.max_batch_size:
+            wakeup = state.wakeup
+            if wakeup is not None and not wakeup.done():
+                wakeup.set_result(None)
+        return state, call
 
     async def close(self) -> None:
         """Stop dispatching; calls still waiting fail with a clear error."""
@@ -281,9 +341,7 @@ class Batcher:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         while state.queue:
-            call = state.queue.popleft()
-            if not call.future.done():
-                call.future.set_exception(ChainsRuntimeError(f"{self.chainlet} is shutting down"))
+            state.queue.popleft().fail(ChainsRuntimeError(f"{self.chainlet} is shutting down"))
 
     def _current(self) -> _LoopState:
         loop = asyncio.get_running_loop()
@@ -335,9 +393,7 @@ class Batcher:
         deadline = call.context.deadline if call.context is not None else None
         if deadline is None or deadline > now:
             return False
-        if not call.future.done():
-            late = f"{self.chainlet}: the caller's deadline passed before its batch ran"
-            call.future.set_exception(DeadlineExceeded(late))
+        call.fail(DeadlineExceeded(f"{self.chainlet}: the caller's deadline passed before its batch ran"))
         return True
 
     async def _sleep(self, state: _LoopState, until: float | None) -> None:
@@ -360,6 +416,8 @@ class Batcher:
         items = [c.item for c in batch]
         try:
             with serving_call(_batch_context(batch)):
+                if self._streaming:
+                    return asyncio.ensure_future(self._pump(batch, self._body(items)))
                 if not self._sync:
                     started_body: asyncio.Future[Any] = asyncio.ensure_future(self._body(items))
                     return started_body
@@ -379,6 +437,8 @@ class Batcher:
             outputs: Any = None
             try:
                 outputs = await running
+                if self._streaming:
+                    return  # _pump gave each caller its items
                 _check_outputs(self.chainlet, batch, outputs)
             except Exception as exc:
                 error = exc
@@ -388,8 +448,7 @@ class Batcher:
             released = True
             if error is not None:
                 for call in batch:
-                    if not call.future.done():
-                        call.future.set_exception(error)
+                    call.fail(error)
                 return
             for call, output in zip(batch, outputs, strict=True):
                 if call.future.done():  # the caller left while its batch ran
@@ -401,6 +460,31 @@ class Batcher:
         finally:
             if not released:
                 state.slots.release()
+
+    async def _pump(self, batch: list[_Call], steps: AsyncIterator[Any]) -> None:
+        """Hand each step's outputs of a streaming body to their callers' streams."""
+        try:
+            async with contextlib.aclosing(steps):  # type: ignore[type-var]
+                async for outputs in steps:
+                    _check_outputs(self.chainlet, batch, outputs)
+                    listening = False
+                    for call, output in zip(batch, outputs, strict=True):
+                        if call.future.done():  # left, or failed at an earlier step
+                            continue
+                        if isinstance(output, Exception):
+                            call.fail(output)
+                            continue
+                        assert call.items is not None
+                        call.items.put_nowait(output)
+                        listening = True
+                    if not listening:
+                        return  # every caller has left: stop computing for nobody
+        except Exception as exc:
+            for call in batch:
+                call.fail(exc)
+            return
+        for call in batch:
+            call.end()
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -451,6 +535,7 @@ def install_batcher(
         max_queue=max_queue,
         observer=observer,
         sync=not endpoint.is_async,
+        streaming=endpoint.is_stream,
     )
     instance.__dict__[_BATCHER_ATTR] = batcher
     return batcher

@@ -258,10 +258,8 @@ def analyze_endpoint(
         return result
     returns = hints["return"]
     batching = None if stub else _batching_of(cls)
-    if batching is not None and _list_item(returns) is not None:
-        # `list[Out | SomeError]`: the errors a body may return in place of outputs are not
-        # part of what goes over the wire.
-        returns = list[_without_exceptions(_list_item(returns))]  # type: ignore[misc]
+    if batching is not None:
+        returns = _batch_returns_on_the_wire(returns)
     output = _classify_output(method, returns, locator, stub=stub)
     result.violations.extend(output.violations)
     if result.violations or output.kind is None:
@@ -313,35 +311,59 @@ def _batched(spec: EndpointSpec, config: BatchConfig) -> tuple[EndpointSpec | No
         problems.append(
             f"parameter `{param.name}` of a batched {METHOD} must be a plain parameter without a default"
         )
-    if spec.is_stream:
-        problems.append(
-            f"a batched {METHOD} cannot stream; return `list[Out]` with one output per input ({shape})"
-        )
+    if spec.output_kind == "structured":
+        problems.append(f"a batched {METHOD} cannot produce a structured stream; yield `list[Out]` per step")
         return None, problems
     output = _list_item(spec.output_type)
     if output is None:
-        problems.append(
-            f"a batched {METHOD} returns one output per input, so its return annotation must be "
-            f"`list[...]`, not {type_label(spec.output_type)} ({shape})"
-        )
+        if spec.is_stream:
+            problems.append(
+                f"a streaming batched {METHOD} yields one list per step, one output per input: "
+                f"annotate it `AsyncIterator[list[...]]`, not AsyncIterator[{type_label(spec.output_type)}]"
+            )
+        else:
+            problems.append(
+                f"a batched {METHOD} returns one output per input, so its return annotation must be "
+                f"`list[...]`, not {type_label(spec.output_type)} ({shape})"
+            )
     if problems or item is None or output is None:
         return None, problems
     output = _without_exceptions(output)
+    kind: OutputKind = "unary"
+    if spec.is_stream:
+        kind = {str: "text", bytes: "bytes", SSE: "sse"}.get(output, "items")  # type: ignore[assignment]
     single = Param(param.name, item)
     parameters = list(spec.signature.parameters.values())
+    iterator: Any = collections.abc.AsyncIterator
+    returns = iterator[output] if spec.is_stream else output
     signature = spec.signature.replace(
-        parameters=[parameters[0], parameters[1].replace(annotation=item)], return_annotation=output
+        parameters=[parameters[0], parameters[1].replace(annotation=item)], return_annotation=returns
     )
     wire = EndpointSpec(
         chainlet=spec.chainlet,
         is_async=True,  # a call waits for its batch, whether the body is async or not
         params=(single,),
-        output_kind="unary",
+        output_kind=kind,
         output_type=output,
         signature=signature,
         batching=config,
     )
     return wire, []
+
+
+def _batch_returns_on_the_wire(returns: Any) -> Any:
+    """``list[Out]`` for ``list[Out | SomeError]`` (also as a stream's step): the errors a body
+    may put in place of outputs are not part of what goes over the wire."""
+    item = _list_item(returns)
+    if item is not None:
+        return types.GenericAlias(list, (_without_exceptions(item),))
+    origin: Any = typing.get_origin(returns)
+    if origin in _ITERATOR_ORIGINS:
+        args = typing.get_args(returns)
+        step = _list_item(args[0]) if args else None
+        if step is not None:
+            return origin[(types.GenericAlias(list, (_without_exceptions(step),)), *args[1:])]
+    return returns
 
 
 def _list_item(annotation: Any) -> Any:

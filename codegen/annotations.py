@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections.abc
 import importlib.util
 import inspect
 import sys
@@ -147,8 +148,7 @@ def signature_source(
         raise ChainsUsageError(f"chainlet {chainlet}: run_remote has no return annotation")
     returns_node = node.returns
     if batched is not None:
-        returns_node = _list_item(returns_node, resolver, "the return annotation")
-        returns_node = _without_exceptions(returns_node, resolver)
+        returns_node = _batch_returns(returns_node, resolver)
     returns = resolver.annotation(returns_node, "the return annotation")
     annotations["return"] = returns
     resolver.check_hints(annotations, expected=batched)
@@ -233,7 +233,11 @@ class _Resolver:
         for name, text in texts.items():
             # Metadata such as pydantic.Field(gt=0) is rebuilt, not shared, and compares by
             # identity: an identical repr is the same value.
-            if actual.get(name) != expected.get(name) and repr(actual.get(name)) != repr(expected.get(name)):
+            if (
+                actual.get(name) != expected.get(name)
+                and repr(actual.get(name)) != repr(expected.get(name))
+                and not _same_generic(actual.get(name), expected.get(name))
+            ):
                 where = "the return annotation" if name == "return" else f"the annotation of `{name}`"
                 raise ChainsUsageError(
                     f"chainlet {self.chainlet}: {where} of run_remote ({text}) means "
@@ -445,6 +449,23 @@ def _list_item(node: ast.expr, resolver: _Resolver, what: str) -> ast.expr:
     )
 
 
+def _batch_returns(node: ast.expr, resolver: _Resolver) -> ast.expr:
+    """What one caller of a batched body gets: ``Out`` of ``list[Out]``, or the stream of
+    ``Out`` of a body that yields ``list[Out]`` per step."""
+    what = "the return annotation"
+    node = _parse_string(node, resolver, what)
+    if isinstance(node, ast.Subscript):
+        origin = typing.get_origin(_evaluate(node, resolver))
+        if origin in (collections.abc.AsyncIterator, collections.abc.AsyncGenerator):
+            if isinstance(node.slice, ast.Tuple) and node.slice.elts:
+                first = _without_exceptions(_list_item(node.slice.elts[0], resolver, what), resolver)
+                node.slice.elts = [first, *node.slice.elts[1:]]
+            else:
+                node.slice = _without_exceptions(_list_item(node.slice, resolver, what), resolver)
+            return node
+    return _without_exceptions(_list_item(node, resolver, what), resolver)
+
+
 def _without_exceptions(node: ast.expr, resolver: _Resolver) -> ast.expr:
     """``Out`` of ``Out | SomeError``: the errors a batched body returns are not sent."""
     node = _parse_string(node, resolver, "the return annotation")
@@ -472,6 +493,12 @@ def _without_exceptions(node: ast.expr, resolver: _Resolver) -> ast.expr:
     for member in kept[1:]:
         result = ast.BinOp(left=result, op=ast.BitOr(), right=member)
     return result
+
+
+def _same_generic(a: Any, b: Any) -> bool:
+    """``typing.AsyncIterator[str]`` and ``collections.abc.AsyncIterator[str]`` mean the same."""
+    origin = typing.get_origin(a)
+    return origin is not None and (origin, typing.get_args(a)) == (typing.get_origin(b), typing.get_args(b))
 
 
 def _is_exception_class(value: Any) -> bool:

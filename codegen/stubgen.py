@@ -72,7 +72,7 @@ def render_stub(
     endpoint = dependency.endpoint
     # A batched chainlet is called with one input: its stub has the one-item signature.
     wire_types = (
-        {**{p.name: p.annotation for p in endpoint.params}, "return": endpoint.output_type}
+        {**{p.name: p.annotation for p in endpoint.params}, "return": endpoint.signature.return_annotation}
         if endpoint.batching is not None
         else None
     )

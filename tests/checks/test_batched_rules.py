@@ -67,16 +67,32 @@ def test_exactly_one_parameter(chain_file: Write) -> None:
     assert "it has 2 (`xs`, `ys`)" in v.message
 
 
-def test_a_batched_endpoint_cannot_stream(chain_file: Write) -> None:
+def test_a_streaming_batch_yields_lists(chain_file: Write) -> None:
     f = chain_file("""
         @chains.mark_entrypoint
         class Entry(chains.ChainletBase):
             @chains.batched
-            async def run_remote(self, xs: list[int]) -> AsyncIterator[list[int]]:
-                yield xs
+            async def run_remote(self, xs: list[int]) -> AsyncIterator[int]:
+                yield 1
     """)
     v = f.only_violation()
-    assert "a batched run_remote cannot stream" in v.message
+    assert v.message == (
+        "a streaming batched run_remote yields one list per step, one output per input: "
+        "annotate it `AsyncIterator[list[...]]`, not AsyncIterator[int]"
+    )
+
+
+def test_a_streaming_batch_is_one_stream_per_caller(chain_file: Write) -> None:
+    f = chain_file("""
+        @chains.mark_entrypoint
+        class Entry(chains.ChainletBase):
+            @chains.batched
+            async def run_remote(self, prompts: list[str]) -> AsyncIterator[list[str | ValueError]]:
+                yield prompts
+    """)
+    endpoint = load_chain(f.path).entrypoint.endpoint
+    assert (endpoint.output_kind, endpoint.output_type) == ("text", str)
+    assert endpoint.describe().startswith("async run_remote(prompts: str) -> stream of str (batched:")
 
 
 def test_the_wire_form_is_one_item_without_returned_exceptions(chain_file: Write) -> None:

@@ -22,9 +22,11 @@ import pytest
 from tests.helpers import Cli, ServerProcess, generate_chain, running, wait_until, write_chain
 
 CHAIN = '''
+import asyncio
 import json
 import os
 import time
+from typing import AsyncIterator
 
 import pydantic
 
@@ -73,6 +75,30 @@ class Model(chains.ChainletBase):
         return answers[:-1] if -2 in numbers else answers
 
 
+class Steps(chains.ChainletBase):
+    """Streams a batch: three steps, each one output per prompt; "bad" fails at step 1."""
+
+    @chains.batched(max_batch_size=4, max_wait_ms=60000)
+    async def run_remote(self, prompts: list[str]) -> AsyncIterator[list[str | ValueError]]:
+        for step in range(3):
+            await asyncio.sleep(0.005 + 0.0002 * len(prompts))
+            yield [
+                ValueError(f"no step {step} for {p}")
+                if p == "bad" and step == 1
+                else f"{p}:{step}:{len(prompts)} "
+                for p in prompts
+            ]
+
+
+class Relay(chains.ChainletBase):
+    def __init__(self, steps: Steps = chains.depends(Steps)) -> None:
+        self._steps = steps
+
+    async def run_remote(self, prompt: str) -> AsyncIterator[str]:
+        async for item in self._steps.run_remote(prompt):
+            yield item.upper()
+
+
 @chains.mark_entrypoint
 class Entry(chains.ChainletBase):
     def __init__(self, model: Model = chains.depends(Model)) -> None:
@@ -88,7 +114,10 @@ class Entry(chains.ChainletBase):
 def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("batching")
     file = write_chain(folder / "src", CHAIN)
-    return generate_chain(file, folder / "out")
+    return {
+        **generate_chain(file, folder / "out"),
+        **generate_chain(file, folder / "relay", entrypoint="Relay"),
+    }
 
 
 def model_server(generated: dict[str, Path], log: Path, **env: str) -> ServerProcess:
@@ -328,3 +357,39 @@ def test_chains_push_serves_the_batched_chain_and_status_shows_its_batching(tmp_
     by_name = {row[0]: " ".join(row[6:]) for row in rows}
     assert by_name["Entry"] == "-"
     assert re.fullmatch(r"queue 0, mean batch \d+\.\d", by_name["Model"]), status
+
+
+def _stream(url: str, body: dict[str, str], headers: dict[str, str]) -> tuple[str, str]:
+    """The text a caller received, and how its stream ended."""
+    received = []
+    try:
+        with httpx.stream("POST", url + "/run_remote", json=body, headers=headers, timeout=30) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/plain")
+            for text in response.iter_text():
+                received.append(text)
+    except httpx.HTTPError as exc:
+        return "".join(received), type(exc).__name__
+    return "".join(received), "complete"
+
+
+def test_a_streaming_batch_streams_each_caller_its_own_items(generated: dict[str, Path]) -> None:
+    steps = ServerProcess(generated["Steps"])
+    with running(steps):
+        relay = ServerProcess(generated["Relay"], entrypoint=True, dependencies={"Steps": [steps.url]})
+        with running(relay), concurrent.futures.ThreadPoolExecutor(4) as pool:
+            direct = list(pool.map(lambda p: _stream(steps.url, {"prompts": p}, steps.headers), "abc*"))
+            relayed = list(pool.map(lambda p: _stream(relay.url, {"prompt": p}, {}), ["a", "b", "c", "bad"]))
+        document = httpx.get(steps.url + "/openapi.json", timeout=5).json()
+    assert direct == [(f"{p}:0:4 {p}:1:4 {p}:2:4 ", "complete") for p in "abc*"]
+    for prompt, (text, end) in zip("ABC", relayed, strict=False):
+        assert (text, end) == (f"{prompt}:0:4 {prompt}:1:4 {prompt}:2:4 ", "complete")
+    # Only the failing caller's stream breaks; a raw text stream has no in-band error, so its
+    # transfer is cut after its first item, never ended as if complete.
+    bad_text, bad_end = relayed[3]
+    assert bad_text == "BAD:0:4 " and bad_end != "complete"
+    assert document["paths"]["/run_remote"]["post"]["summary"].startswith(
+        "async run_remote(prompts: str) -> stream of str (batched: up to 4 calls per run"
+    )
+    stub = (generated["Relay"] / "chains_stubs" / "steps.py").read_text()
+    assert "def run_remote(self, prompts: str) -> AsyncIterator[str]:" in stub

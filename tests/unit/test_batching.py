@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import pytest
@@ -254,3 +256,60 @@ def test_the_body_can_be_called_with_a_list_directly() -> None:
         assert asyncio.run(squares.run_remote.batch([2, 3])) == [4, 9]
         with pytest.raises(TypeError, match="run_remote takes one input, `numbers`"):
             asyncio.run(squares.run_remote(1, 2))
+
+
+# -- streaming batches -------------------------------------------------------------------------
+
+
+class Steps:
+    """A streaming fake model: three steps, each one output per input; records when it stops."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.closed_at: list[int] = []
+
+    async def __call__(self, prompts: list[str]) -> AsyncIterator[list[Any]]:
+        self.batches.append(list(prompts))
+        step = 0
+        try:
+            for step in range(3):
+                await asyncio.sleep(0)
+                yield [ValueError(f"no {p}") if p == "bad" and step == 1 else f"{p}{step}" for p in prompts]
+        finally:
+            self.closed_at.append(step)
+
+
+async def read_all(stream: AsyncIterator[Any]) -> list[Any]:
+    out: list[Any] = []
+    try:
+        async for item in stream:
+            out.append(item)
+    except ValueError as exc:
+        out.append(f"error: {exc}")
+    return out
+
+
+def test_a_streaming_batch_gives_each_caller_its_own_items_and_errors() -> None:
+    async def main() -> None:
+        steps = Steps()
+        b = batcher(steps, size=3, streaming=True)
+        results = await asyncio.gather(*(read_all(b.stream(p)) for p in ("a", "b", "bad")))
+        assert results == [["a0", "a1", "a2"], ["b0", "b1", "b2"], ["bad0", "error: no bad"]]
+        assert steps.batches == [["a", "b", "bad"]]
+
+    asyncio.run(main())
+
+
+def test_a_streaming_batch_stops_when_every_caller_has_left() -> None:
+    async def first_only(stream: AsyncIterator[Any]) -> Any:
+        async with contextlib.aclosing(stream):  # type: ignore[type-var]
+            return await anext(stream)
+
+    async def main() -> None:
+        steps = Steps()
+        b = batcher(steps, size=2, streaming=True)
+        assert await asyncio.gather(first_only(b.stream("x")), first_only(b.stream("y"))) == ["x0", "y0"]
+        await settle()
+        assert steps.closed_at == [1]  # closed at its second step, never computing the third
+
+    asyncio.run(main())
