@@ -313,3 +313,25 @@ def test_a_streaming_batch_stops_when_every_caller_has_left() -> None:
         assert steps.closed_at == [1]  # closed at its second step, never computing the third
 
     asyncio.run(main())
+
+
+class Classifier(chains.ModelBase):
+    """A Truss model whose ``predict`` is batched: its calls are gathered like run_remote's."""
+
+    def load(self) -> None:
+        self.runs: list[list[int]] = []
+
+    @chains.batched(max_batch_size=3, max_wait_ms=NEVER_MS)
+    async def predict(self, indexes: list[int]) -> list[str]:
+        self.runs.append(indexes)
+        return [["cat", "dog", "owl"][i] for i in indexes]
+
+
+def test_a_models_batched_predict_is_served_in_batches() -> None:
+    async def main(model: Classifier) -> list[str]:
+        return list(await asyncio.gather(model.run_remote(2), model.predict(0), model.run_remote(1)))
+
+    with chains.run_local():
+        model = Classifier()  # load() runs as part of building it
+        assert asyncio.run(main(model)) == ["owl", "cat", "dog"]
+        assert model.runs == [[2, 0, 1]]
