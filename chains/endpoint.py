@@ -311,7 +311,7 @@ def _batched(spec: EndpointSpec, config: BatchConfig) -> tuple[EndpointSpec | No
         problems.append(
             f"parameter `{param.name}` of a batched {METHOD} must be a plain parameter without a default"
         )
-    if spec.output_kind == "structured":
+    if spec.output_kind is STRUCTURED:
         problems.append(f"a batched {METHOD} cannot produce a structured stream; yield `list[Out]` per step")
         return None, problems
     output = _list_item(spec.output_type)
@@ -329,9 +329,8 @@ def _batched(spec: EndpointSpec, config: BatchConfig) -> tuple[EndpointSpec | No
     if problems or item is None or output is None:
         return None, problems
     output = _without_exceptions(output)
-    kind: OutputKind = "unary"
-    if spec.is_stream:
-        kind = {str: "text", bytes: "bytes", SSE: "sse"}.get(output, "items")  # type: ignore[assignment]
+    # Each caller's stream is of the kind its item type makes, as if it were the whole stream.
+    kind: OutputKind = stream_kind_for(output) if spec.is_stream else UNARY
     single = Param(param.name, item)
     parameters = list(spec.signature.parameters.values())
     iterator: Any = collections.abc.AsyncIterator

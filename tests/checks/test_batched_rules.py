@@ -91,7 +91,7 @@ def test_a_streaming_batch_is_one_stream_per_caller(chain_file: Write) -> None:
                 yield prompts
     """)
     endpoint = load_chain(f.path).entrypoint.endpoint
-    assert (endpoint.output_kind, endpoint.output_type) == ("text", str)
+    assert (endpoint.output_kind.name, endpoint.output_type) == ("text", str)
     assert endpoint.describe().startswith("async run_remote(prompts: str) -> stream of str (batched:")
 
 
