@@ -233,7 +233,7 @@ class _LoopState:
     queue: collections.deque[_Call] = field(default_factory=collections.deque)
     dispatcher: asyncio.Task[None] | None = None
     wakeup: asyncio.Future[None] | None = None
-    running: set[asyncio.Task[None]] = field(default_factory=set)
+    running: set[asyncio.Future[Any]] = field(default_factory=set)
 
 
 class Batcher:
@@ -357,16 +357,19 @@ class Batcher:
             await state.slots.acquire()
             try:
                 batch = await self._next_batch(state)
-                running = self._start(state, batch) if batch else None
             except BaseException:
                 state.slots.release()
                 raise
-            if running is None:
-                state.slots.release()
-                continue
-            task = state.loop.create_task(self._finish(state, batch, running))
-            state.running.add(task)
-            task.add_done_callback(state.running.discard)
+            self._run(state, batch)
+
+    def _run(self, state: _LoopState, batch: list[_Call]) -> None:
+        """Start ``batch`` on a slot already taken; :meth:`_finished` passes the slot on."""
+        if not batch:  # every call of it left or ran out of time on the way
+            state.slots.release()
+            return
+        running = self._start(state, batch)
+        state.running.add(running)
+        running.add_done_callback(functools.partial(self._finished, state, batch))
 
     async def _next_batch(self, state: _LoopState) -> list[_Call]:
         queue, size, loop = state.queue, self.config.max_batch_size, state.loop
@@ -380,6 +383,19 @@ class Batcher:
             if loop.time() >= due:
                 break
             await self._sleep(state, due)
+        return self._take(state)
+
+    def _ready(self, state: _LoopState) -> list[_Call]:
+        """The next batch if it may go now (full, or its oldest call has waited), else none."""
+        queue = state.queue
+        if not queue:
+            return []
+        if len(queue) < self.config.max_batch_size and state.loop.time() < queue[0].arrived + self._max_wait:
+            return []
+        return self._take(state)
+
+    def _take(self, state: _LoopState) -> list[_Call]:
+        queue, size = state.queue, self.config.max_batch_size
         batch: list[_Call] = []
         now = time.monotonic()
         while queue and len(batch) < size:
@@ -430,36 +446,40 @@ class Batcher:
             failed.set_exception(exc)
             return failed
 
-    async def _finish(self, state: _LoopState, batch: list[_Call], running: asyncio.Future[Any]) -> None:
-        released = False
+    def _finished(self, state: _LoopState, batch: list[_Call], running: asyncio.Future[Any]) -> None:
+        """A batch ended: its slot goes straight to the next batch if one is ready, which then
+        starts before this batch's callers are woken; the model would otherwise wait while
+        their responses are written, and for the dispatcher's turn after them."""
+        state.running.discard(running)
+        error: BaseException | None = None
+        outputs: Any = None
         try:
-            error: Exception | None = None
-            outputs: Any = None
-            try:
-                outputs = await running
-                if self._streaming:
-                    return  # _pump gave each caller its items
+            outputs = running.result()
+            if not self._streaming:
                 _check_outputs(self.chainlet, batch, outputs)
-            except Exception as exc:
-                error = exc
-            # The next batch may start before this one's callers are woken: otherwise the model
-            # would wait while all their responses are written.
-            state.slots.release()
-            released = True
-            if error is not None:
-                for call in batch:
-                    call.fail(error)
-                return
-            for call, output in zip(batch, outputs, strict=True):
-                if call.future.done():  # the caller left while its batch ran
-                    continue
-                if isinstance(output, Exception):
-                    call.future.set_exception(output)
-                else:
-                    call.future.set_result(output)
-        finally:
-            if not released:
+        except asyncio.CancelledError:
+            error = ChainsRuntimeError(f"{self.chainlet}: the batch was cancelled (the server is stopping)")
+        except Exception as exc:
+            error = exc
+        if self._state is state:  # not closed meanwhile
+            following = self._ready(state)
+            if following:
+                self._run(state, following)
+            else:
                 state.slots.release()
+        if self._streaming and error is None:
+            return  # _pump gave each caller its items
+        if error is not None:
+            for call in batch:
+                call.fail(error)
+            return
+        for call, output in zip(batch, outputs, strict=True):
+            if call.future.done():  # the caller left while its batch ran
+                continue
+            if isinstance(output, Exception):
+                call.future.set_exception(output)
+            else:
+                call.future.set_result(output)
 
     async def _pump(self, batch: list[_Call], steps: AsyncIterator[Any]) -> None:
         """Hand each step's outputs of a streaming body to their callers' streams."""
