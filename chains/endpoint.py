@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 import pydantic
 
-from chains.batching import BatchConfig, batch_config_of
+from chains.batcher import BatchConfig
+from chains.batching import batch_config_of
 from chains.errors import Violation
 from chains.locations import Locator
 from chains.streaming import STRUCTURED, UNARY, OutputKind, StreamTypes

@@ -27,7 +27,8 @@ import pydantic
 import pydantic_core
 
 from chains import codec, tracing
-from chains.batching import Batcher, install_batcher
+from chains.batcher import Batcher
+from chains.batching import install_batcher
 from chains.call_context import REQUEST_ID_HEADER, CallContext, serving_call
 from chains.chainlet import ChainletBase
 from chains.checks import ChainletSpec

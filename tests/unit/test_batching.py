@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import pytest
 
 import chains
-from chains.batching import BatchConfig, Batcher
+from chains.batcher import BatchConfig, Batcher
 from chains.call_context import CallContext, serving_call
 from chains.errors import BatchQueueFull, BatchSizeError
 from chains.server.metrics import Metrics
