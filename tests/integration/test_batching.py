@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import json
 import re
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,9 +52,16 @@ def _log(jobs: list[Job]) -> None:
             log.write(json.dumps([j.n for j in jobs]) + "\\n")
 
 
+def _wait_for_gate() -> None:
+    gate = os.environ.get("MODEL_GATE", "")
+    deadline = time.monotonic() + 60
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 class Model(chains.ChainletBase):
     """A fake model: -1 breaks the whole batch, -2 makes the body return one output too few,
-    -3 fails only its own call, -4 makes the batch slow (1 s)."""
+    -3 fails only its own call, -4 holds the batch until the file MODEL_GATE names exists."""
 
     remote_config = chains.RemoteConfig(compute=chains.Compute(concurrency=1))
 
@@ -64,7 +72,9 @@ class Model(chains.ChainletBase):
     def run_remote(self, jobs: list[Job]) -> list[Answer | ValueError]:
         _log(jobs)
         numbers = [j.n for j in jobs]
-        time.sleep(0.005 + 0.0002 * len(jobs) + (1.0 if -4 in numbers else 0.0))
+        time.sleep(0.005 + 0.0002 * len(jobs))
+        if -4 in numbers:
+            _wait_for_gate()
         if -1 in numbers:
             raise RuntimeError(f"the model broke on a batch of {len(jobs)}")
         answers: list[Answer | ValueError] = [
@@ -136,10 +146,15 @@ def full_only(
 
 
 @pytest.fixture()
-def small_queue(generated: dict[str, Path], tmp_path: Path) -> Iterator[tuple[ServerProcess, Path]]:
-    log = tmp_path / "batches.jsonl"
-    with running(model_server(generated, log, CHAINS_MAX_QUEUE="3")) as (server,):
-        yield server, log
+def small_queue(generated: dict[str, Path], tmp_path: Path) -> Iterator[tuple[ServerProcess, Path, Path]]:
+    """A model server whose queue holds 3 calls; a -4 batch holds the model until the test
+    creates the gate file (the third item), so what queues meanwhile does not race a timer."""
+    log, gate = tmp_path / "batches.jsonl", tmp_path / "gate"
+    with running(model_server(generated, log, CHAINS_MAX_QUEUE="3", MODEL_GATE=str(gate))) as (server,):
+        try:
+            yield server, log, gate
+        finally:
+            gate.touch()
 
 
 def post(server: ServerProcess, n: int, timeout: float = 30, **headers: str) -> httpx.Response:
@@ -217,13 +232,14 @@ def test_a_partial_batch_goes_when_its_oldest_call_has_waited(
         responses = post_all(server, [1, 2, 3])
         elapsed = time.monotonic() - started
     assert [r.json()["n"] for r in responses] == [1, 2, 3]
-    assert all(r.json()["batch"] == len(batches(log)[0]) for r in responses)
-    assert sorted(n for batch in batches(log) for n in batch) == [1, 2, 3]
+    size_of = {n: len(batch) for batch in batches(log) for n in batch}
+    assert all(r.json()["batch"] == size_of[r.json()["n"]] for r in responses)
+    assert sorted(size_of) == [1, 2, 3]
     assert elapsed >= 0.5  # none of the (partial) batches went before its oldest call waited
 
 
 def _send_slow(server: ServerProcess, log: Path) -> concurrent.futures.Future[httpx.Response]:
-    """Occupy the model (concurrency 1) for a second; return once its batch has started."""
+    """Occupy the model (concurrency 1) until the gate opens; return once its batch has started."""
     pool = concurrent.futures.ThreadPoolExecutor(1)
     slow = pool.submit(post, server, -4)
     pool.shutdown(wait=False)
@@ -232,42 +248,53 @@ def _send_slow(server: ServerProcess, log: Path) -> concurrent.futures.Future[ht
 
 
 def test_an_expired_deadline_is_answered_504_and_never_computed(
-    small_queue: tuple[ServerProcess, Path],
+    small_queue: tuple[ServerProcess, Path, Path],
 ) -> None:
-    server, log = small_queue
+    server, log, gate = small_queue
     slow = _send_slow(server, log)
     late = post(server, 77, **{"x-chains-timeout": "0.1"})
     assert late.status_code == 504
     assert late.json()["error"]["exc_type"] == "DeadlineExceeded"
+    gate.touch()
     assert slow.result(10).status_code == 200
     after = post(server, 78)
     assert after.status_code == 200 and after.json()["square"] == 78 * 78
     assert all(77 not in batch for batch in batches(log))
 
 
-def test_a_cancelled_callers_call_leaves_the_queue(small_queue: tuple[ServerProcess, Path]) -> None:
-    server, log = small_queue
+def test_a_cancelled_callers_call_leaves_the_queue(small_queue: tuple[ServerProcess, Path, Path]) -> None:
+    server, log, gate = small_queue
     slow = _send_slow(server, log)
-    with pytest.raises(httpx.ReadTimeout):
-        post(server, 55, timeout=0.3)  # the client gives up and closes its connection
-    wait_until(lambda: metric(server, "chains_batch_queue_length") == 0, 5, "the queue emptied")
+    body = json.dumps({"jobs": {"n": 55}}).encode()
+    head = (
+        "POST /run_remote HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+        f"authorization: {server.headers['authorization']}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as client:
+        client.sendall(head.encode() + body)
+        wait_until(lambda: metric(server, "chains_batch_queue_length") == 1, 10, "the call queued")
+    # The client has gone (its connection closed): its call leaves the queue.
+    wait_until(lambda: metric(server, "chains_batch_queue_length") == 0, 10, "the queue emptied")
+    gate.touch()
     assert slow.result(10).status_code == 200
     assert post(server, 56).status_code == 200
     assert all(55 not in batch for batch in batches(log))
 
 
 def test_past_the_queue_bound_calls_get_503_with_retry_after(
-    small_queue: tuple[ServerProcess, Path],
+    small_queue: tuple[ServerProcess, Path, Path],
 ) -> None:
-    server, log = small_queue
+    server, log, gate = small_queue
     slow = _send_slow(server, log)
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         queued = [pool.submit(post, server, n) for n in (10, 11, 12)]
-        wait_until(lambda: metric(server, "chains_batch_queue_length") == 3, 5, "three calls queued")
+        wait_until(lambda: metric(server, "chains_batch_queue_length") == 3, 10, "three calls queued")
         refused = post(server, 13)
         assert refused.status_code == 503
         assert refused.headers["retry-after"] == "1"
         assert "3 calls waiting for a batch" in refused.json()["detail"]
+        gate.touch()
         assert [f.result(10).json()["square"] for f in queued] == [100, 121, 144]
     assert slow.result(10).status_code == 200
     # The concurrency limit (1) counts batches: the three queued calls ran as one batch.
