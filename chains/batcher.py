@@ -220,7 +220,9 @@ class Batcher:
         if state is None or state.loop is not loop:
             state = self._state = _LoopState(loop, asyncio.Semaphore(self.concurrency))
         if state.dispatcher is None or state.dispatcher.done():
-            state.dispatcher = loop.create_task(self._dispatch(state))
+            # A context of its own: created by a caller's call, the dispatcher (and every batch
+            # it starts) would otherwise run inside that caller's context, its span included.
+            state.dispatcher = loop.create_task(self._dispatch(state), context=contextvars.Context())
         return state
 
     async def _dispatch(self, state: _LoopState) -> None:

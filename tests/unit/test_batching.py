@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -335,3 +336,20 @@ def test_a_models_batched_predict_is_served_in_batches() -> None:
         model = Classifier()  # load() runs as part of building it
         assert asyncio.run(main(model)) == ["owl", "cat", "dog"]
         assert model.runs == [[2, 0, 1]]
+
+
+def test_a_batch_runs_outside_the_context_of_the_call_that_started_the_dispatcher() -> None:
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="none")
+    seen: list[str] = []
+
+    async def body(items: list[int]) -> list[int]:
+        seen.append(marker.get())
+        return items
+
+    async def main() -> None:
+        b = batcher(body, size=1)
+        marker.set("first caller")
+        assert await b.submit(1) == 1
+
+    asyncio.run(main())
+    assert seen == ["none"]
