@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from chains.batching import batched
 from chains.chainlet import ChainletBase, ModelBase, depends, depends_context, mark_entrypoint
 from chains.config import (
     Assets,
@@ -34,6 +35,8 @@ from chains.config import (
 )
 from chains.context import DeploymentContext
 from chains.errors import (
+    BatchQueueFull,
+    BatchSizeError,
     BuildFailed,
     ChainsError,
     ChainsRuntimeError,
@@ -73,6 +76,8 @@ __all__ = [
     "Assets",
     "Autoscale",
     "BasetenImage",
+    "BatchQueueFull",
+    "BatchSizeError",
     "BuildFailed",
     "ChainletBase",
     "ChainletOptions",
@@ -98,6 +103,7 @@ __all__ = [
     "StubBase",
     "UnknownFrameKind",
     "Violation",
+    "batched",
     "depends",
     "depends_context",
     "make_abs_path_here",

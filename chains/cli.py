@@ -366,7 +366,7 @@ def status(name: str | None, as_json: bool) -> None:
             f"run `chains stop {name}` to clean up, or push it again",
             err=True,
         )
-    rows = [("CHAINLET", "URL", "PID", "STATE", "RESTARTS", "UPTIME")]
+    rows: list[tuple[str, ...]] = [("CHAINLET", "URL", "PID", "STATE", "RESTARTS", "UPTIME")]
     for p in state.processes:
         # Other targets report their processes' health in the state itself.
         alive = same_process(p.pid, p.identity) if state.target == "local" else p.state == "ready"
@@ -381,10 +381,26 @@ def status(name: str | None, as_json: bool) -> None:
                 _uptime(p.started_at) if alive else "-",
             )
         )
+    batching = [_batching(p.url) if p.state == "ready" else None for p in state.processes]
+    if any(b is not None for b in batching):
+        rows = [(*r, b or "-") for r, b in zip(rows, ["BATCHING", *batching], strict=True)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     click.echo(f"chain {state.chain!r} (target {state.target}, entrypoint {state.entrypoint_url})")
     for r in rows:
         click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _batching(url: str) -> str | None:
+    """The queue and mean batch size of a batched chainlet, read from its /metrics."""
+    import httpx
+
+    from chains.server.metrics import batching_summary
+
+    try:
+        response = httpx.get(url.rstrip("/") + "/metrics", timeout=0.5)
+    except httpx.HTTPError:
+        return None
+    return batching_summary(response.text) if response.status_code == 200 else None
 
 
 @main.command()

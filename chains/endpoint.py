@@ -7,8 +7,11 @@ an :class:`EndpointSpec` that the codecs, the server, the stubs and the code gen
 from __future__ import annotations
 
 import collections.abc
+import functools
 import inspect
+import operator
 import re
+import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +20,8 @@ from typing import Any, Literal
 
 import pydantic
 
+from chains.batcher import BatchConfig
+from chains.batching import batch_config_of
 from chains.errors import Violation
 from chains.locations import Locator
 from chains.streaming import STRUCTURED, UNARY, OutputKind, StreamTypes
@@ -74,6 +79,9 @@ class EndpointSpec:
     output_type: Any
     stream_types: StreamTypes[Any, Any, Any] | None = None
     signature: inspect.Signature = field(default_factory=inspect.Signature, compare=False)
+    # Set for ``@chains.batched``: params and output are then those of one call (the wire
+    # form), not the body's lists.
+    batching: BatchConfig | None = None
 
     @property
     def is_stream(self) -> bool:
@@ -117,7 +125,8 @@ class EndpointSpec:
         else:
             output = f"stream of {type_label(self.output_type)}"
         prefix = "async " if self.is_async else ""
-        return f"{prefix}{METHOD}({params}) -> {output}"
+        batching = f" ({self.batching.describe()})" if self.batching is not None else ""
+        return f"{prefix}{METHOD}({params}) -> {output}{batching}"
 
 
 def field_name(param: str) -> str:
@@ -248,11 +257,15 @@ def analyze_endpoint(
             locator.at_param(METHOD, "return", f"`{METHOD}` has no return annotation; add `-> ...`")
         )
         return result
-    output = _classify_output(method, hints["return"], locator, stub=stub)
+    returns = hints["return"]
+    batching = None if stub else _batching_of(cls)
+    if batching is not None:
+        returns = _batch_returns_on_the_wire(returns)
+    output = _classify_output(method, returns, locator, stub=stub)
     result.violations.extend(output.violations)
     if result.violations or output.kind is None:
         return result
-    result.spec = EndpointSpec(
+    spec = EndpointSpec(
         chainlet=chainlet,
         is_async=inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method),
         params=tuple(params),
@@ -261,7 +274,116 @@ def analyze_endpoint(
         stream_types=output.stream_types,
         signature=signature,
     )
+    if batching is not None:
+        batched_spec, problems = _batched(spec, batching)
+        result.violations.extend(at_def(problem) for problem in problems)
+        result.spec = batched_spec
+        return result
+    result.spec = spec
     return result
+
+
+def _batching_of(cls: type) -> BatchConfig | None:
+    for klass in cls.__mro__:
+        if METHOD in klass.__dict__:
+            return batch_config_of(klass.__dict__[METHOD])
+    return None
+
+
+def _batched(spec: EndpointSpec, config: BatchConfig) -> tuple[EndpointSpec | None, list[str]]:
+    """The wire form of a ``@chains.batched`` body: one input, one output per call."""
+    shape = "`async def run_remote(self, inputs: list[In]) -> list[Out]`"
+    problems = [f"@chains.batched(...): {problem}" for problem in config.problems()]
+    if len(spec.params) != 1:
+        names = ", ".join(f"`{p.name}`" for p in spec.params) or "none"
+        problems.append(
+            f"a batched {METHOD} takes exactly one parameter, the list of a batch's inputs ({shape}); "
+            f"it has {len(spec.params)} ({names})"
+        )
+        return None, problems
+    param = spec.params[0]
+    item = _list_item(param.annotation)
+    if item is None:
+        problems.append(
+            f"parameter `{param.name}` of a batched {METHOD} is annotated {type_label(param.annotation)}; "
+            f"annotate it `list[...]`: the body gets the inputs of a whole batch ({shape})"
+        )
+    if not param.required or param.positional_only:
+        problems.append(
+            f"parameter `{param.name}` of a batched {METHOD} must be a plain parameter without a default"
+        )
+    if spec.output_kind is STRUCTURED:
+        problems.append(f"a batched {METHOD} cannot produce a structured stream; yield `list[Out]` per step")
+        return None, problems
+    output = _list_item(spec.output_type)
+    if output is None:
+        if spec.is_stream:
+            problems.append(
+                f"a streaming batched {METHOD} yields one list per step, one output per input: "
+                f"annotate it `AsyncIterator[list[...]]`, not AsyncIterator[{type_label(spec.output_type)}]"
+            )
+        else:
+            problems.append(
+                f"a batched {METHOD} returns one output per input, so its return annotation must be "
+                f"`list[...]`, not {type_label(spec.output_type)} ({shape})"
+            )
+    if problems or item is None or output is None:
+        return None, problems
+    output = _without_exceptions(output)
+    # Each caller's stream is of the kind its item type makes, as if it were the whole stream.
+    kind: OutputKind = stream_kind_for(output) if spec.is_stream else UNARY
+    single = Param(param.name, item)
+    parameters = list(spec.signature.parameters.values())
+    iterator: Any = collections.abc.AsyncIterator
+    returns = iterator[output] if spec.is_stream else output
+    signature = spec.signature.replace(
+        parameters=[parameters[0], parameters[1].replace(annotation=item)], return_annotation=returns
+    )
+    wire = EndpointSpec(
+        chainlet=spec.chainlet,
+        is_async=True,  # a call waits for its batch, whether the body is async or not
+        params=(single,),
+        output_kind=kind,
+        output_type=output,
+        signature=signature,
+        batching=config,
+    )
+    return wire, []
+
+
+def _batch_returns_on_the_wire(returns: Any) -> Any:
+    """``list[Out]`` for ``list[Out | SomeError]`` (also as a stream's step): the errors a body
+    may put in place of outputs are not part of what goes over the wire."""
+    item = _list_item(returns)
+    if item is not None:
+        return types.GenericAlias(list, (_without_exceptions(item),))
+    origin: Any = typing.get_origin(returns)
+    if origin in _ITERATOR_ORIGINS:
+        args = typing.get_args(returns)
+        step = _list_item(args[0]) if args else None
+        if step is not None:
+            return origin[(types.GenericAlias(list, (_without_exceptions(step),)), *args[1:])]
+    return returns
+
+
+def _list_item(annotation: Any) -> Any:
+    """``T`` for ``list[T]`` (also under ``Annotated``), else None."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) is list:
+        args = typing.get_args(annotation)
+        return args[0] if args else None
+    return None
+
+
+def _without_exceptions(output: Any) -> Any:
+    """``Out`` for ``Out | SomeError``: an output that is an exception fails only its own call."""
+    if typing.get_origin(output) not in (typing.Union, types.UnionType):
+        return output
+    kept = [a for a in typing.get_args(output) if not (isinstance(a, type) and issubclass(a, BaseException))]
+    if not kept:
+        return output
+    return functools.reduce(operator.or_, kept)
 
 
 def _find_method(cls: type) -> Any:

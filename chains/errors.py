@@ -15,6 +15,8 @@ The hierarchy (a builtin base in parentheses: ``except TimeoutError`` catches a
             │   ├── UnknownFrameKind     a frame kind this version does not know
             │   └── StreamSchemaMismatch the producer streams another schema
             ├── BuildFailed              an image of a chainlet did not build
+            ├── BatchSizeError           a batched body did not return one output per input
+            ├── BatchQueueFull           too many calls wait for a batch (answered 503)
             ├── GenericRemoteException   a remote error of a type that is not rebuilt (Truss's name)
             └── RemoteError              raised by another chainlet, see below
 
@@ -47,6 +49,8 @@ from typing import Any
 import pydantic
 
 __all__ = [
+    "BatchQueueFull",
+    "BatchSizeError",
     "BuildFailed",
     "ChainsError",
     "ChainsRuntimeError",
@@ -149,6 +153,16 @@ class UnknownFrameKind(StreamProtocolError):
 
 class StreamSchemaMismatch(StreamProtocolError):
     """The producer's stream schema is not the one this reader was built for."""
+
+
+class BatchSizeError(ChainsRuntimeError):
+    """A ``@chains.batched`` body returned something other than one output per input; every
+    call of that batch fails with it."""
+
+
+class BatchQueueFull(ChainsRuntimeError):
+    """A batched chainlet holds as many calls waiting for a batch as it may; the server
+    answers 503 with ``Retry-After``."""
 
 
 class BuildFailed(ChainsRuntimeError):

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections.abc
 import importlib.util
 import inspect
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -98,12 +99,17 @@ def signature_source(
     import_name: ImportName,
     imports: Imports,
     reserved: set[str] | frozenset[str] = frozenset(),
+    batched: Mapping[str, Any] | None = None,
 ) -> SignatureSource:
     """Read ``func``'s parameters and return annotation from its source.
 
     Adds the imports they need to ``imports``; ``reserved`` holds names the generated
     module defines itself. Raises :class:`ChainsUsageError` naming ``chainlet`` when the
     signature cannot be reproduced, with what to change.
+
+    For a ``@chains.batched`` body, ``batched`` holds the wire types of one call (by
+    parameter name, and ``"return"``): the signature is then the one-item form, ``T`` for
+    each ``list[T]``, without the exceptions a body may return in place of an output.
     """
     node = _function_node(func, chainlet)
     resolver = _Resolver(func, chainlet, import_name, imports, reserved)
@@ -128,7 +134,11 @@ def signature_source(
             raise ChainsUsageError(
                 f"chainlet {chainlet}: parameter `{arg.arg}` of run_remote has no annotation"
             )
-        annotation = resolver.annotation(arg.annotation, f"the annotation of parameter `{arg.arg}`")
+        what = f"the annotation of parameter `{arg.arg}`"
+        node_annotation = arg.annotation
+        if batched is not None:
+            node_annotation = _list_item(node_annotation, resolver, what)
+        annotation = resolver.annotation(node_annotation, what)
         annotations[arg.arg] = annotation
         default_text = None
         if default is not None:
@@ -136,9 +146,12 @@ def signature_source(
         params.append(ParamSource(arg.arg, runtime.kind, annotation, default_text))
     if node.returns is None:
         raise ChainsUsageError(f"chainlet {chainlet}: run_remote has no return annotation")
-    returns = resolver.annotation(node.returns, "the return annotation")
+    returns_node = node.returns
+    if batched is not None:
+        returns_node = _batch_returns(returns_node, resolver)
+    returns = resolver.annotation(returns_node, "the return annotation")
     annotations["return"] = returns
-    resolver.check_hints(annotations)
+    resolver.check_hints(annotations, expected=batched)
     return SignatureSource(tuple(params), returns)
 
 
@@ -206,9 +219,11 @@ class _Resolver:
             )
         return text
 
-    def check_hints(self, texts: dict[str, str]) -> None:
-        """The rewritten annotations must mean exactly what Python resolved for ``func``."""
-        expected = typing.get_type_hints(self.func, include_extras=True)
+    def check_hints(self, texts: dict[str, str], expected: Mapping[str, Any] | None = None) -> None:
+        """The rewritten annotations must mean exactly what Python resolved for ``func``
+        (or ``expected``, when the stub's types are not the function's own)."""
+        if expected is None:
+            expected = typing.get_type_hints(self.func, include_extras=True)
         probe = _probe()
         try:
             probe.__annotations__ = {name: eval(text, dict(self.bound)) for name, text in texts.items()}
@@ -218,7 +233,11 @@ class _Resolver:
         for name, text in texts.items():
             # Metadata such as pydantic.Field(gt=0) is rebuilt, not shared, and compares by
             # identity: an identical repr is the same value.
-            if actual.get(name) != expected.get(name) and repr(actual.get(name)) != repr(expected.get(name)):
+            if (
+                actual.get(name) != expected.get(name)
+                and repr(actual.get(name)) != repr(expected.get(name))
+                and not _same_generic(actual.get(name), expected.get(name))
+            ):
                 where = "the return annotation" if name == "return" else f"the annotation of `{name}`"
                 raise ChainsUsageError(
                     f"chainlet {self.chainlet}: {where} of run_remote ({text}) means "
@@ -417,6 +436,73 @@ class _TypeRewriter(_NameRewriter):
                 "e.g. TOKENS = chains.stream_types(...), and annotate with "
                 "Annotated[AsyncIterator[bytes], TOKENS] so callers can read the stream with it too"
             )
+
+
+def _list_item(node: ast.expr, resolver: _Resolver, what: str) -> ast.expr:
+    """``T`` of a ``list[T]`` annotation (a batched body's inputs or outputs)."""
+    node = _parse_string(node, resolver, what)
+    if isinstance(node, ast.Subscript) and _evaluate(node.value, resolver) in (list, typing.List):  # noqa: UP006
+        return node.slice
+    raise ChainsUsageError(
+        f"chainlet {resolver.chainlet}: {what} of the batched run_remote ({ast.unparse(node)}) must be "
+        "written `list[...]` for its stub to be generated"
+    )
+
+
+def _batch_returns(node: ast.expr, resolver: _Resolver) -> ast.expr:
+    """What one caller of a batched body gets: ``Out`` of ``list[Out]``, or the stream of
+    ``Out`` of a body that yields ``list[Out]`` per step."""
+    what = "the return annotation"
+    node = _parse_string(node, resolver, what)
+    if isinstance(node, ast.Subscript):
+        origin = typing.get_origin(_evaluate(node, resolver))
+        if origin in (collections.abc.AsyncIterator, collections.abc.AsyncGenerator):
+            if isinstance(node.slice, ast.Tuple) and node.slice.elts:
+                first = _without_exceptions(_list_item(node.slice.elts[0], resolver, what), resolver)
+                node.slice.elts = [first, *node.slice.elts[1:]]
+            else:
+                node.slice = _without_exceptions(_list_item(node.slice, resolver, what), resolver)
+            return node
+    return _without_exceptions(_list_item(node, resolver, what), resolver)
+
+
+def _without_exceptions(node: ast.expr, resolver: _Resolver) -> ast.expr:
+    """``Out`` of ``Out | SomeError``: the errors a batched body returns are not sent."""
+    node = _parse_string(node, resolver, "the return annotation")
+    members: list[ast.expr] = []
+
+    def flatten(part: ast.expr) -> None:
+        if isinstance(part, ast.BinOp) and isinstance(part.op, ast.BitOr):
+            flatten(part.left)
+            flatten(part.right)
+        elif (
+            isinstance(part, ast.Subscript)
+            and _evaluate(part.value, resolver) is typing.Union
+            and isinstance(part.slice, ast.Tuple)
+        ):
+            for element in part.slice.elts:
+                flatten(element)
+        else:
+            members.append(part)
+
+    flatten(node)
+    kept = [m for m in members if not _is_exception_class(_evaluate(m, resolver))]
+    if not kept or len(kept) == len(members):
+        return node
+    result = kept[0]
+    for member in kept[1:]:
+        result = ast.BinOp(left=result, op=ast.BitOr(), right=member)
+    return result
+
+
+def _same_generic(a: Any, b: Any) -> bool:
+    """``typing.AsyncIterator[str]`` and ``collections.abc.AsyncIterator[str]`` mean the same."""
+    origin = typing.get_origin(a)
+    return origin is not None and (origin, typing.get_args(a)) == (typing.get_origin(b), typing.get_args(b))
+
+
+def _is_exception_class(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseException)
 
 
 def _evaluate(node: ast.expr, resolver: _Resolver) -> Any:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -44,6 +45,8 @@ def chainlet_descriptor(
                 else None
             ),
             "stream_fingerprint": shape_of(endpoint).fingerprint if endpoint.is_stream else None,
+            # @chains.batched: calls are gathered into batches inside the chainlet's server.
+            "batching": dataclasses.asdict(endpoint.batching) if endpoint.batching is not None else None,
         },
         "dependencies": [
             {

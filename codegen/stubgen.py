@@ -69,10 +69,21 @@ def render_stub(
     func = run_remote_of(dependency.cls)
     imports = Imports(first_party)
     imports.add_from("chains.stubs", "StubBase")
-    signature = signature_source(
-        func, dependency.name, import_name, imports, reserved=frozenset({"StubBase", class_name})
-    )
     endpoint = dependency.endpoint
+    # A batched chainlet is called with one input: its stub has the one-item signature.
+    wire_types = (
+        {**{p.name: p.annotation for p in endpoint.params}, "return": endpoint.signature.return_annotation}
+        if endpoint.batching is not None
+        else None
+    )
+    signature = signature_source(
+        func,
+        dependency.name,
+        import_name,
+        imports,
+        reserved=frozenset({"StubBase", class_name}),
+        batched=wire_types,
+    )
     returns_generator = _returns_async_generator(func)
     is_async = endpoint.is_async and (not endpoint.is_stream or returns_generator)
     # By keyword, except positional-only parameters: StubBase binds the arguments to the

@@ -27,6 +27,8 @@ import pydantic
 import pydantic_core
 
 from chains import codec, tracing
+from chains.batcher import Batcher
+from chains.batching import install_batcher
 from chains.call_context import REQUEST_ID_HEADER, CallContext, serving_call
 from chains.chainlet import ChainletBase
 from chains.checks import ChainletSpec
@@ -105,6 +107,7 @@ class ChainletApp:
         self._browser: BrowserRoutes | None = None
         if settings.is_entrypoint:
             self._browser = BrowserRoutes(spec, settings.cors, settings.api_key, self.metrics)
+        self._batcher: Batcher | None = None
         if not settings.is_entrypoint and not settings.internal_token:
             raise ValueError(
                 f"chainlet {spec.name} is internal (not the entrypoint) and needs the chain's token: "
@@ -121,6 +124,7 @@ class ChainletApp:
     async def _build(self) -> None:
         try:
             self.instance = await asyncio.to_thread(self._factory, self.metrics)
+            self._batcher = self._install_batcher(self.instance)
             if self.settings.ready_file is not None:
                 self.settings.ready_file.touch()
             logger.info("chainlet %s is ready", self.spec.name)
@@ -130,9 +134,31 @@ class ChainletApp:
         finally:
             self.started.set()
 
+    def _install_batcher(self, instance: ChainletBase) -> Batcher | None:
+        batching = self.spec.endpoint.batching
+        if batching is None:
+            return None
+        # The concurrency limit counts batches; the queue bound counts calls, so that by
+        # default a few full batches may wait.
+        max_queue = self.settings.max_queue
+        if max_queue is None:
+            max_queue = 4 * self._concurrency * batching.max_batch_size
+        batcher = install_batcher(
+            instance,
+            chainlet=self.spec.name,
+            concurrency=self._concurrency,
+            max_queue=max_queue,
+            observer=self.metrics,
+        )
+        if batcher is not None:
+            self.metrics.batch_queue = lambda: batcher.queued
+        return batcher
+
     async def shutdown(self) -> None:
         if self._on_shutdown is not None:
             await self._on_shutdown()
+        if self._batcher is not None:
+            await self._batcher.close()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -311,7 +337,14 @@ class ChainletApp:
             errors = exc.errors(include_url=False, include_input=False, include_context=False)
             await send_json(send, 422, {"detail": errors}, rid)
             return 422
-        if self._slots.locked() and self._waiting >= self._max_queue:
+        # A batched endpoint's calls take no slot: its batcher bounds the batches that run
+        # at once, and the calls that wait for one.
+        batcher = self._batcher
+        if batcher is not None and batcher.full:
+            busy = f"{batcher.queued} calls waiting for a batch"
+            await send_json(send, 503, {"detail": f"over capacity: {busy}"}, [(b"retry-after", b"1"), *rid])
+            return 503
+        if batcher is None and self._slots.locked() and self._waiting >= self._max_queue:
             await send_json(
                 send,
                 503,
@@ -319,18 +352,20 @@ class ChainletApp:
                 [(b"retry-after", b"1"), *rid],
             )
             return 503
-        self._waiting += 1
-        try:
-            await self._slots.acquire()
-        finally:
-            self._waiting -= 1
+        if batcher is None:
+            self._waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self._waiting -= 1
         self.metrics.in_flight += 1
         try:
             with serving_call(call):
                 return await self._with_disconnect_watch(call, headers, arguments, receive, send, rid)
         finally:
             self.metrics.in_flight -= 1
-            self._slots.release()
+            if batcher is None:
+                self._slots.release()
 
     async def _with_disconnect_watch(
         self,

@@ -7,24 +7,33 @@ call is two dict updates, which keeps the per-request cost negligible.
 from __future__ import annotations
 
 import bisect
+import re
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["LATENCY_BUCKETS", "DependencyCall", "Metrics"]
+__all__ = ["BATCH_SIZE_BUCKETS", "LATENCY_BUCKETS", "DependencyCall", "Metrics", "batching_summary"]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
 @dataclass
 class _Histogram:
-    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    buckets: tuple[float, ...] = LATENCY_BUCKETS
+    counts: list[int] = field(default_factory=list)
     total: float = 0.0
     samples: int = 0
 
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self.total += seconds
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.buckets) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
+        self.total += value
         self.samples += 1
 
 
@@ -51,6 +60,16 @@ class Metrics:
         self._dep_latency: dict[str, _Histogram] = defaultdict(_Histogram)
         self._dep_in_flight: dict[str, int] = defaultdict(int)
         self._dep_retries: dict[str, int] = defaultdict(int)
+        # Set by the server for a batched endpoint: how many calls wait for a batch now.
+        self.batch_queue: Callable[[], int] | None = None
+        self._batch_sizes = _Histogram(BATCH_SIZE_BUCKETS)
+        self._batch_waits = _Histogram()
+
+    def batch_started(self, size: int, waits: Sequence[float]) -> None:
+        """A batch of ``size`` calls started; ``waits``: how long each call waited for it."""
+        self._batch_sizes.observe(size)
+        for wait in waits:
+            self._batch_waits.observe(wait)
 
     def call_finished(self, status: int, seconds: float) -> None:
         self._calls[status] += 1
@@ -123,19 +142,54 @@ class Metrics:
         for dep, hist in sorted(self._dep_latency.items()):
             labels = f'{base},dependency="{_label(dep)}"'
             lines += _histogram_lines("chains_dependency_call_duration_seconds", labels, hist)
+        if self.batch_queue is not None:
+            lines += [
+                "# HELP chains_batch_queue_length Calls waiting for a batch.",
+                "# TYPE chains_batch_queue_length gauge",
+                f"chains_batch_queue_length{{{base}}} {self.batch_queue()}",
+                "# HELP chains_batch_size Calls served by one run of a batched run_remote.",
+                "# TYPE chains_batch_size histogram",
+                *_histogram_lines("chains_batch_size", base, self._batch_sizes),
+                "# HELP chains_batch_wait_seconds Time a call waited for its batch to start.",
+                "# TYPE chains_batch_wait_seconds histogram",
+                *_histogram_lines("chains_batch_wait_seconds", base, self._batch_waits),
+            ]
         return "\n".join(lines) + "\n"
 
 
 def _histogram_lines(name: str, labels: str, hist: _Histogram) -> list[str]:
     lines = []
     cumulative = 0
-    for bound, count in zip(LATENCY_BUCKETS, hist.counts, strict=False):
+    for bound, count in zip(hist.buckets, hist.counts, strict=False):
         cumulative += count
         lines.append(f'{name}_bucket{{{labels},le="{bound}"}} {cumulative}')
     lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {hist.samples}')
     lines.append(f"{name}_sum{{{labels}}} {hist.total:.6f}")
     lines.append(f"{name}_count{{{labels}}} {hist.samples}")
     return lines
+
+
+_SAMPLE = re.compile(
+    r"^(chains_batch_queue_length|chains_batch_size_sum|chains_batch_size_count)\{[^}]*\} (\S+)$"
+)
+
+
+def batching_summary(text: str) -> str | None:
+    """``queue 3, mean batch 12.4`` from a chainlet's /metrics text; None if it is not batched.
+
+    >>> batching_summary('chains_batch_queue_length{chainlet="Model"} 3')
+    'queue 3, mean batch -'
+    """
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is not None:
+            found[match.group(1)] = float(match.group(2))
+    if "chains_batch_queue_length" not in found:
+        return None
+    batches = found.get("chains_batch_size_count", 0.0)
+    mean = f"{found.get('chains_batch_size_sum', 0.0) / batches:.1f}" if batches else "-"
+    return f"queue {found['chains_batch_queue_length']:.0f}, mean batch {mean}"
 
 
 class DependencyCall:

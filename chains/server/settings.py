@@ -129,7 +129,7 @@ class ServerSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     concurrency: int | None = None  # None: the chainlet's Compute(concurrency=...)
-    max_queue: int | None = None  # calls waiting for a slot before 503; None: 4x concurrency
+    max_queue: int | None = None  # calls waiting before 503; None: 4x concurrency (x max_batch_size)
     grace_sec: float = 30.0
     # A client must send a request's line and headers within this, and its body within
     # body_timeout_sec; otherwise the connection is closed (408 for a body). Slow clients
