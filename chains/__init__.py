@@ -32,7 +32,7 @@ from chains.config import (
     RemoteConfig,
     make_abs_path_here,
 )
-from chains.context import DeploymentContext
+from chains.context import DeployedServiceDescriptor, DeploymentContext
 from chains.errors import (
     BuildFailed,
     ChainsError,
@@ -50,6 +50,7 @@ from chains.errors import (
     UnknownFrameKind,
     Violation,
 )
+from chains.rpc_options import RPCOptions
 from chains.streaming import SSE, StreamTypes, stream_reader, stream_types, stream_writer
 
 if TYPE_CHECKING:
@@ -83,12 +84,14 @@ __all__ = [
     "CustomImage",
     "DeadlineExceeded",
     "DependencyUnavailable",
+    "DeployedServiceDescriptor",
     "DeploymentContext",
     "DockerImage",
     "ErrorDetail",
     "FrameTooLarge",
     "GenericRemoteException",
     "ModelBase",
+    "RPCOptions",
     "RemoteConfig",
     "RemoteError",
     "StreamInterrupted",
