@@ -23,6 +23,7 @@ from chains.server.metrics import Metrics
 from chains.server.settings import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
 from chains.streaming import FRAMED_MEDIA_TYPE, decode_framed, shape_of
 from chains.stubs.policy import CallPolicy
+from chains.stubs.transport import AsyncTransport
 
 __all__ = ["StubBase"]
 
@@ -34,6 +35,9 @@ ModelT = TypeVar("ModelT")
 
 class StubBase:
     """Base class of stubs; ``urls`` are the replicas of one service, called in turn.
+
+    ``transport`` replaces the aiohttp client under async calls (see
+    :mod:`chains.stubs.transport`); everything else about a call stays the same.
 
     A chainlet's stub (the code generator writes these)::
 
@@ -71,6 +75,7 @@ class StubBase:
         authorization: str | None = None,
         metrics: Metrics | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        transport: AsyncTransport | None = None,
     ) -> None:
         if isinstance(urls, DeployedServiceDescriptor):
             # Truss Chains' form: ``Stub(context.get_service_descriptor(name), api_key)``.
@@ -104,6 +109,7 @@ class StubBase:
             authorization=f"Bearer {token}" if token else authorization,
             is_chain_token=bool(token),
             metrics=metrics,
+            transport=transport,
         )
 
     def __repr__(self) -> str:

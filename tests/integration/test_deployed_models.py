@@ -296,6 +296,16 @@ def test_run_local_gives_the_key_and_the_service_from_its_arguments() -> None:
     assert [r["authorization"] for r in model.requests] == [f"Api-Key {KEY}", "Bearer tok"]
 
 
+def test_a_stub_built_from_a_descriptor_and_a_key_calls_its_predict_url() -> None:
+    model = _Model(key=KEY)
+    with asgi_in_thread(model) as url:
+        descriptor = chains.DeployedServiceDescriptor("Whisper", predict_url=url + "/v1/predict")
+        stub = LLM(descriptor, KEY)  # Truss Chains' form
+        assert stub.predict_sync({"text": "d"}) == {"echo": {"text": "d"}}
+    assert stub.name == "Whisper"
+    assert [(r["path"], r["authorization"]) for r in model.requests] == [("/v1/predict", f"Api-Key {KEY}")]
+
+
 def test_an_unknown_service_is_named_with_the_known_ones() -> None:
     context = chains.DeploymentContext(
         chainlet_to_service={"Known": chains.DeployedServiceDescriptor("Known", predict_url="http://x")}
