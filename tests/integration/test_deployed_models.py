@@ -13,8 +13,10 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pydantic
 import pytest
 
@@ -23,7 +25,7 @@ from chains.call_context import CallContext, serving_call
 from chains.context import Secrets
 from chains.errors import ChainsRuntimeError, ChainsUsageError, DeadlineExceeded
 from chains.server.metrics import Metrics
-from tests.helpers import asgi_in_thread, wait_until
+from tests.helpers import ServerProcess, asgi_in_thread, generate_chain, running, wait_until, write_chain
 
 KEY = "model-key-7"
 
@@ -359,3 +361,46 @@ def test_a_result_that_breaks_the_signature_is_the_same_error_sync_and_async() -
             llm.predict_sync({"text": "x"}, Echo)
     assert not isinstance(sync.value, pydantic.ValidationError)
     assert str(sync.value) == str(async_.value)
+
+
+# -- in a chainlet server: the key from its secrets, the calls in its metrics -----------------
+
+MODEL_CHAIN = """
+import os
+
+import chains
+
+
+class LLM(chains.StubBase):
+    async def run_remote(self, text: str) -> dict:
+        return await self.predict_async({"text": text})
+
+
+@chains.mark_entrypoint
+class Caller(chains.ChainletBase):
+    def __init__(self, context: chains.DeploymentContext = chains.depends_context()) -> None:
+        self._llm = LLM.from_url(os.environ["MODEL_URL"], context, options=chains.RPCOptions(retries=2))
+
+    async def run_remote(self, text: str) -> dict:
+        return await self._llm.run_remote(text)
+"""
+
+
+def test_a_chainlet_server_calls_a_model_with_its_key_and_counts_the_retries(tmp_path: Path) -> None:
+    model = _Model(failures=2, key=KEY)
+    file = write_chain(tmp_path / "src", MODEL_CHAIN)
+    directory = generate_chain(file, tmp_path / "out")["Caller"]
+    with asgi_in_thread(model) as url:
+        env = {"MODEL_URL": url + "/predict", "CHAINS_SECRET_baseten_api_key": KEY}
+        with running(ServerProcess(directory, entrypoint=True, env=env)) as (caller,):
+            response = httpx.post(
+                caller.url + "/run_remote", json={"text": "served"}, headers=caller.headers, timeout=30
+            )
+            assert response.status_code == 200, response.text
+            assert response.json() == {"echo": {"text": "served"}}
+            metrics = httpx.get(caller.url + "/metrics", headers=caller.headers).text
+    assert 'chains_dependency_retries_total{chainlet="Caller",dependency="LLM"} 2' in metrics
+    assert 'chains_dependency_calls_total{chainlet="Caller",dependency="LLM",outcome="ok"} 1' in metrics
+    assert [r["authorization"] for r in model.requests] == [f"Api-Key {KEY}"] * 3
+    # The model got the caller's deadline and request id, as a chainlet would.
+    assert all("x-chains-timeout" in r and "x-chains-request-id" in r for r in model.requests)
