@@ -111,6 +111,8 @@ class StubBase:
             metrics=metrics,
             transport=transport,
         )
+        if api_key is not None:
+            self._policy.credential = "the Api-Key given to the stub"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(self.urls)})"
@@ -164,7 +166,7 @@ class StubBase:
             name=cls.__name__,
             options=options,
             path="",
-            authorization=_api_key_header(cls.__name__, key, scheme, secret or BASETEN_API_KEY_SECRET),
+            authorization=_api_key_header(cls.__name__, key, scheme, source),
             metrics=metrics,
         )
         stub._policy.credential = source
@@ -252,11 +254,11 @@ class StubBase:
 
 
 def _api_key_header(
-    stub: str, key: str, scheme: str = "Api-Key", source: str = BASETEN_API_KEY_SECRET
+    stub: str, key: str, scheme: str = "Api-Key", source: str = "the api_key argument"
 ) -> str:
     if not key or not key.isprintable() or key != key.strip() or " " in key:
         raise ChainsUsageError(
-            f"{stub}: the credential from {source!r} is empty or has spaces or unprintable "
+            f"{stub}: the credential ({source}) is empty or has spaces or unprintable "
             "characters, so it cannot travel in an Authorization header"
         )
     return f"{scheme} {key}"

@@ -264,6 +264,12 @@ def test_a_context_without_the_key_is_refused_before_any_call_naming_the_secret(
         LLM.from_url("http://127.0.0.1:9/predict", _context())
 
 
+def test_a_key_that_cannot_travel_in_a_header_is_refused_naming_where_it_came_from() -> None:
+    unusable = r"the credential \(Api-Key from the secret 'baseten_api_key'\) is empty or has spaces"
+    with pytest.raises(ChainsUsageError, match=unusable):
+        LLM.from_url("http://127.0.0.1:9/predict", _context(baseten_api_key="two words"))
+
+
 class Caller(chains.ChainletBase):
     """A chainlet that calls a deployed model found in its context."""
 
