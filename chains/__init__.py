@@ -33,7 +33,7 @@ from chains.config import (
     RemoteConfig,
     make_abs_path_here,
 )
-from chains.context import DeploymentContext
+from chains.context import DeployedServiceDescriptor, DeploymentContext
 from chains.errors import (
     BatchQueueFull,
     BatchSizeError,
@@ -53,6 +53,7 @@ from chains.errors import (
     UnknownFrameKind,
     Violation,
 )
+from chains.rpc_options import RPCOptions
 from chains.streaming import SSE, StreamTypes, stream_reader, stream_types, stream_writer
 
 if TYPE_CHECKING:
@@ -88,12 +89,14 @@ __all__ = [
     "CustomImage",
     "DeadlineExceeded",
     "DependencyUnavailable",
+    "DeployedServiceDescriptor",
     "DeploymentContext",
     "DockerImage",
     "ErrorDetail",
     "FrameTooLarge",
     "GenericRemoteException",
     "ModelBase",
+    "RPCOptions",
     "RemoteConfig",
     "RemoteError",
     "StreamInterrupted",

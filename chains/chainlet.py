@@ -11,6 +11,7 @@ from typing import Any, ClassVar, TypeVar, cast, overload
 from chains.config import RemoteConfig
 from chains.context import DeploymentContext
 from chains.errors import ChainsRuntimeError
+from chains.rpc_options import DEFAULT_RETRIES, DEFAULT_TIMEOUT_SEC, option_problems
 
 __all__ = [
     "DEFAULT_RETRIES",
@@ -27,8 +28,6 @@ __all__ = [
     "mark_entrypoint",
 ]
 
-DEFAULT_RETRIES = 2
-DEFAULT_TIMEOUT_SEC = 600.0
 
 ChainletT = TypeVar("ChainletT", bound="ChainletBase")
 
@@ -145,23 +144,9 @@ class DependencyMarker:
 
     def problems(self) -> list[str]:
         """What is wrong with the arguments given to ``depends``, in plain words."""
-        found = []
-        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
-            found.append(f"retries must be a whole number >= 0, got {self.retries!r}")
-        if (
-            isinstance(self.timeout_sec, bool)
-            or not isinstance(self.timeout_sec, int | float)
-            or not self.timeout_sec > 0
-        ):
-            found.append(f"timeout_sec must be a number > 0, got {self.timeout_sec!r}")
-        limit = self.concurrency_limit
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            found.append(f"concurrency_limit must be a whole number >= 1 or None, got {limit!r}")
-        if not isinstance(self.use_binary, bool):
-            found.append(f"use_binary must be True or False, got {self.use_binary!r}")
-        if not isinstance(self.retry_user_errors, bool):
-            found.append(f"retry_user_errors must be True or False, got {self.retry_user_errors!r}")
-        return found
+        return option_problems(
+            self.retries, self.timeout_sec, self.concurrency_limit, self.use_binary, self.retry_user_errors
+        )
 
 
 @dataclass(frozen=True)

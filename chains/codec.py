@@ -25,8 +25,10 @@ __all__ = [
     "BINARY_MEDIA_TYPE",
     "bind_arguments",
     "decode_args",
+    "decode_payload",
     "decode_result",
     "encode_args",
+    "encode_payload",
     "encode_result",
     "invalid_arguments",
 ]
@@ -135,6 +137,34 @@ def decode_result(spec: EndpointSpec, body: bytes | str, *, binary: bool = False
     if binary:
         return spec.output_adapter.validate_python(_unpack(body))
     return spec.output_adapter.validate_json(body)
+
+
+def encode_payload(value: Any, *, binary: bool = False) -> bytes:
+    """The body of a call to a deployed model: a pydantic model, or any JSON-able value."""
+    if isinstance(value, pydantic.BaseModel):
+        if binary:
+            return _pack(value.model_dump(mode="python", by_alias=True, context=BINARY_CONTEXT))
+        return type(value).__pydantic_serializer__.to_json(value, by_alias=True)
+    if binary:
+        return _pack(value)
+    return pydantic_core.to_json(value)
+
+
+def decode_payload(body: bytes, model: type[Any] | None = None, *, binary: bool = False) -> Any:
+    """A deployed model's answer: plain data, or validated into ``model`` (raises ValidationError)."""
+    adapter = _ANY if model is None else _adapter(model)
+    return adapter.validate_python(_unpack(body)) if binary else adapter.validate_json(body)
+
+
+_ANY: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)
+_adapters: weakref.WeakKeyDictionary[type[Any], pydantic.TypeAdapter[Any]] = weakref.WeakKeyDictionary()
+
+
+def _adapter(model: type[Any]) -> pydantic.TypeAdapter[Any]:
+    adapter = _adapters.get(model)
+    if adapter is None:
+        adapter = _adapters[model] = pydantic.TypeAdapter(model)
+    return adapter
 
 
 def invalid_arguments(spec: EndpointSpec, exc: pydantic.ValidationError) -> RemoteError:

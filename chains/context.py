@@ -5,10 +5,26 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chains.errors import ChainsUsageError
+from chains.rpc_options import StubOptions
 
-__all__ = ["DeploymentContext", "Secrets", "ServiceDescriptor"]
+if TYPE_CHECKING:
+    from chains.server.metrics import Metrics
+
+__all__ = [
+    "BASETEN_API_KEY_SECRET",
+    "DeployedServiceDescriptor",
+    "DeploymentContext",
+    "Secrets",
+    "ServiceDescriptor",
+]
+
+# The secret holding the API key that calls to deployed models send (``Api-Key <key>``). As in
+# Truss Chains, every chainlet may read it without declaring it.
+BASETEN_API_KEY_SECRET = "baseten_api_key"
+_IMPLICIT_SECRETS = (BASETEN_API_KEY_SECRET,)
 
 
 class Secrets(Mapping[str, str]):
@@ -21,8 +37,8 @@ class Secrets(Mapping[str, str]):
     """
 
     def __init__(self, values: Mapping[str, str], declared: Collection[str], chainlet: str = "") -> None:
-        self._values = {key: values[key] for key in declared if key in values}
-        self._declared = tuple(declared)
+        self._declared = (*declared, *(key for key in _IMPLICIT_SECRETS if key not in declared))
+        self._values = {key: values[key] for key in self._declared if key in values}
         self._chainlet = chainlet
 
     def __getitem__(self, key: str) -> str:
@@ -53,11 +69,28 @@ class Secrets(Mapping[str, str]):
 
 
 @dataclass(frozen=True)
-class ServiceDescriptor:
-    """Where a chainlet is served: its name and the URLs of its replicas."""
+class DeployedServiceDescriptor:
+    """Where a service is served and how to call it: a chainlet's replicas (``urls``), or a
+    deployed model's ``predict_url``, with the options its stub calls with.
+
+    >>> d = DeployedServiceDescriptor("LLM", predict_url="http://127.0.0.1:8080/predict")
+    >>> d.display_name
+    'LLM'
+    """
 
     name: str
+    predict_url: str | None = None
+    options: StubOptions = field(default_factory=StubOptions)
+    display_name: str = ""
     urls: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.display_name:
+            object.__setattr__(self, "display_name", self.name)
+
+
+# The name this type had before Truss Chains' name was adopted.
+ServiceDescriptor = DeployedServiceDescriptor
 
 
 @dataclass(frozen=True)
@@ -70,6 +103,41 @@ class DeploymentContext:
     """
 
     secrets: Secrets = field(default_factory=lambda: Secrets({}, ()))
-    chainlet_to_service: Mapping[str, ServiceDescriptor] = field(default_factory=dict)
+    chainlet_to_service: Mapping[str, DeployedServiceDescriptor] = field(default_factory=dict)
     data_dir: Path | None = None
     environment: str | None = None
+    # The serving chainlet's metrics, so that stubs made from this context (``from_url``)
+    # count their calls and retries where its chainlet stubs do.
+    metrics: Metrics | None = field(default=None, repr=False, compare=False)
+
+    def get_service_descriptor(self, chainlet_name: str) -> DeployedServiceDescriptor:
+        """The descriptor of a dependency or of a service given to ``run_local(chainlet_to_service=...)``::
+
+        llm = LLM.from_url(context.get_service_descriptor("LLM").predict_url, context)
+        """
+        try:
+            return self.chainlet_to_service[chainlet_name]
+        except KeyError:
+            known = sorted(self.chainlet_to_service) or "none"
+            raise ChainsUsageError(
+                f"no service {chainlet_name!r} in this chainlet's context (known: {known}); a chainlet "
+                "knows its dependencies, and run_local(chainlet_to_service={...}) adds more"
+            ) from None
+
+    def get_baseten_api_key(self) -> str:
+        """The API key that calls to deployed models send, from the secret ``baseten_api_key``::
+
+        headers = {"Authorization": f"Api-Key {context.get_baseten_api_key()}"}
+        """
+        try:
+            value = self.secrets[BASETEN_API_KEY_SECRET]
+        except KeyError:
+            value = ""
+        if not value:
+            raise ChainsUsageError(
+                f"the secret {BASETEN_API_KEY_SECRET!r} (the API key sent to deployed models as "
+                f"`Authorization: Api-Key <key>`) has no value; pass it with `chains push --secret "
+                f"{BASETEN_API_KEY_SECRET}=...`, CHAINS_SECRET_{BASETEN_API_KEY_SECRET}, or "
+                f"run_local(secrets={{{BASETEN_API_KEY_SECRET!r}: ...}})"
+            )
+        return value

@@ -18,7 +18,7 @@ import pydantic_core
 from chains import codec
 from chains.chainlet import ChainletBase, DependencyMarker, building_with, construct
 from chains.checks import ChainletSpec, build_chain
-from chains.context import DeploymentContext, Secrets, ServiceDescriptor
+from chains.context import DeployedServiceDescriptor, DeploymentContext, Secrets
 from chains.errors import ChainsUsageError, DeadlineExceeded, ErrorDetail, RemoteError
 from chains.limits import CallLimit
 from chains.streaming import decode_framed, encode_framed, shape_of
@@ -31,6 +31,7 @@ def run_local(
     secrets: Mapping[str, str] | None = None,
     data_dir: str | Path | None = None,
     serialize: bool = True,
+    chainlet_to_service: Mapping[str, DeployedServiceDescriptor] | None = None,
 ) -> Iterator[None]:
     """Build chainlets in this process, their dependencies injected as local stubs.
 
@@ -43,15 +44,31 @@ def run_local(
             print(asyncio.run(entry.run_remote("hi")))
 
             fake = Entry(words=FakeWords())     # a fake instead of the real dependency
+
+    ``chainlet_to_service`` adds services (deployed models, say) to every chainlet's
+    ``DeploymentContext``, for ``context.get_service_descriptor(name)``; dependencies still
+    run in this process.
     """
-    runner = _LocalRunner(dict(secrets or {}), Path(data_dir) if data_dir is not None else None, serialize)
+    runner = _LocalRunner(
+        dict(secrets or {}),
+        Path(data_dir) if data_dir is not None else None,
+        serialize,
+        dict(chainlet_to_service or {}),
+    )
     with building_with(runner.build):
         yield
 
 
 class _LocalRunner:
-    def __init__(self, secrets: dict[str, str], data_dir: Path | None, serialize: bool) -> None:
+    def __init__(
+        self,
+        secrets: dict[str, str],
+        data_dir: Path | None,
+        serialize: bool,
+        services: dict[str, DeployedServiceDescriptor],
+    ) -> None:
         self._secrets = secrets
+        self._services = services
         self._data_dir = data_dir
         self._serialize = serialize
         # One instance per dependency class, as a deployment has one service per chainlet.
@@ -94,7 +111,10 @@ class _LocalRunner:
         declared = spec.remote_config.assets.secret_keys
         return DeploymentContext(
             secrets=Secrets(self._secrets, declared, spec.name),
-            chainlet_to_service={dep.name: ServiceDescriptor(dep.name) for dep in spec.dependencies},
+            chainlet_to_service={
+                **{dep.name: DeployedServiceDescriptor(dep.name) for dep in spec.dependencies},
+                **self._services,
+            },
             data_dir=self._data_dir,
             environment="local",
         )

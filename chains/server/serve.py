@@ -19,7 +19,7 @@ from chains import tracing
 from chains.call_context import current_call
 from chains.chainlet import ChainletBase, building_with, construct
 from chains.checks import chainlet_spec
-from chains.context import DeploymentContext, Secrets, ServiceDescriptor
+from chains.context import DeployedServiceDescriptor, DeploymentContext, Secrets
 from chains.errors import ChainsUsageError
 from chains.server.app import ChainletApp
 from chains.server.metrics import Metrics
@@ -61,6 +61,7 @@ def create_app(
 
     def factory(metrics: Metrics) -> ChainletBase:
         kwargs: dict[str, Any] = {}
+        services: dict[str, DeployedServiceDescriptor] = {}
         for dep in spec.dependencies:
             options = StubOptions.from_marker(dep.marker, retry_user_errors=settings.retry_user_errors)
             address = settings.dependencies[dep.name]
@@ -75,15 +76,14 @@ def create_app(
                 max_frame_bytes=settings.max_frame_bytes,
             )
             made.append(stub)
+            services[dep.name] = DeployedServiceDescriptor(dep.name, options=options, urls=address.urls)
         if spec.context_param is not None:
             kwargs[spec.context_param] = DeploymentContext(
                 secrets=Secrets(settings.secrets, spec.remote_config.assets.secret_keys, spec.name),
-                chainlet_to_service={
-                    dep.name: ServiceDescriptor(dep.name, settings.dependencies[dep.name].urls)
-                    for dep in spec.dependencies
-                },
+                chainlet_to_service=services,
                 data_dir=settings.data_dir,
                 environment=settings.environment,
+                metrics=metrics,
             )
         with building_with(construct):
             return chainlet(**kwargs)
