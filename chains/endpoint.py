@@ -19,8 +19,9 @@ import pydantic
 
 from chains.errors import Violation
 from chains.locations import Locator
-from chains.streaming import STRUCTURED, UNARY, OutputKind, StreamTypes
+from chains.streaming import STRUCTURED, UNARY, WEBSOCKET, OutputKind, StreamTypes
 from chains.streaming.kinds import stream_kind_for
+from chains.websocket.signature import is_socket_annotation, is_socket_connection, websocket_violations
 from chains.wire import WIRE_CONFIG, wire_adapter
 
 __all__ = [
@@ -105,6 +106,8 @@ class EndpointSpec:
             f"{p.name}: {type_label(p.annotation)}" + ("" if p.required else f" = {p.default!r}")
             for p in self.params
         )
+        if self.output_kind.is_socket:
+            return f"async {METHOD}(websocket: WebSocketProtocol) -> None (a WebSocket: messages both ways)"
         if not self.output_kind.is_stream:
             output = type_label(self.output_type)
         elif self.stream_types is not None:
@@ -204,6 +207,11 @@ def analyze_endpoint(
         )
         return result
 
+    if any(is_socket_annotation(hints.get(p.name)) for p in all_params[1:]) or (
+        stub and is_socket_connection(hints.get("return"))
+    ):
+        return _websocket(result, method, chainlet, all_params[1:], hints, locator, signature, stub=stub)
+
     params = []
     for p in all_params[1:]:
         if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
@@ -261,6 +269,24 @@ def analyze_endpoint(
         stream_types=output.stream_types,
         signature=signature,
     )
+    return result
+
+
+def _websocket(
+    result: EndpointAnalysis,
+    method: Any,
+    chainlet: str,
+    params: list[inspect.Parameter],
+    hints: dict[str, Any],
+    locator: Locator,
+    signature: inspect.Signature,
+    *,
+    stub: bool,
+) -> EndpointAnalysis:
+    if not stub:
+        result.violations.extend(websocket_violations(method, params, hints, locator))
+    if not result.violations:
+        result.spec = EndpointSpec(chainlet, True, (), WEBSOCKET, None, signature=signature)
     return result
 
 

@@ -25,6 +25,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -50,6 +51,7 @@ from chains.locations import Locator
 from chains.server.metrics import DependencyCall, Metrics
 from chains.server.settings import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
 from chains.streaming import FRAMED_MEDIA_TYPE, decode_framed, shape_of
+from chains.websocket.protocol import WebSocketProtocol
 
 if TYPE_CHECKING:
     import httpx
@@ -479,6 +481,25 @@ class StubBase:
         except aiohttp.ClientError as exc:
             raise _Retryable(f"{self.name} at {url}: {type(exc).__name__}: {exc}", connection=True) from exc
         raise self._failure(response.status, payload, response.headers.get("retry-after"), url)
+
+    # -- WebSocket endpoints -----------------------------------------------------------------
+
+    def connect_remote(self) -> AbstractAsyncContextManager[WebSocketProtocol]:
+        """Open a conversation with a WebSocket endpoint: ``async with stub.connect_remote() as ws:``
+        (see :mod:`chains.websocket.client`)."""
+        from chains.websocket.client import connect
+
+        return connect(
+            self._client(),
+            self.urls,
+            self.path,
+            name=self.name,
+            retries=self.options.retries,
+            timeout_sec=self.options.timeout_sec,
+            authorization=self._authorization,
+            metrics=self._metrics,
+            max_message_bytes=self._max_frame_bytes,
+        )
 
     # -- sync unary calls (for sync endpoints) -----------------------------------------------
 

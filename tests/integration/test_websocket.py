@@ -1,0 +1,243 @@
+"""WebSocket endpoints between real chainlet processes on 127.0.0.1, talked to with the
+``websockets`` client: echo through two hops, frames of both kinds and 1 MiB, 64 sockets at
+once, cancellation, a dependency's failure and crash, admission, metrics and the drain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from tests.helpers import TOKEN, ServerProcess, generate_chain, running, wait_until, write_chain
+
+CHAIN = """
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import chains
+
+WIDE = chains.RemoteConfig(compute=chains.Compute(concurrency=64))
+
+
+class Worker(chains.ChainletBase):
+    remote_config = WIDE
+
+    async def run_remote(self, websocket: chains.WebSocketProtocol) -> None:
+        async for message in websocket:
+            if message == "crash":
+                raise ValueError("the worker fails on purpose")
+            if message == "die":
+                os._exit(1)  # the process dies mid-conversation
+            if message == "slow":
+                marker = Path(os.environ["WORKER_MARKER"])
+                marker.write_text("started")
+                try:
+                    await asyncio.sleep(60)
+                except asyncio.CancelledError:
+                    marker.write_text(f"cancelled {time.time()}")
+                    raise
+            await websocket.send(message)
+
+
+@chains.mark_entrypoint
+class Head(chains.ChainletBase):
+    remote_config = WIDE
+
+    def __init__(self, worker: Worker = chains.depends(Worker, retries=3)) -> None:
+        self._worker = worker
+
+    async def run_remote(self, websocket: chains.WebSocketProtocol) -> None:
+        async with self._worker.run_remote() as upstream:
+            async for message in websocket:
+                await upstream.send(message)
+                await websocket.send(await upstream.receive())
+"""
+
+API_KEY = "ws-test-key-0123456789"
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("websocket")
+    return generate_chain(write_chain(folder / "src", CHAIN), folder / "out")
+
+
+def _pair(generated: dict[str, Path], marker: Path, **head_env: str) -> tuple[ServerProcess, ServerProcess]:
+    worker = ServerProcess(generated["Worker"], env={"WORKER_MARKER": str(marker), "CHAINS_GRACE_SEC": "1"})
+    head = ServerProcess(
+        generated["Head"], entrypoint=True, dependencies={"Worker": [worker.url]}, env=head_env
+    )
+    return worker, head
+
+
+@pytest.fixture(scope="module")
+def chain(
+    generated: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    marker = tmp_path_factory.mktemp("marker") / "worker"
+    with running(*_pair(generated, marker, CHAINS_API_KEY=API_KEY)) as servers:
+        yield servers  # type: ignore[misc]
+
+
+def ws_url(server: ServerProcess) -> str:
+    return server.url.replace("http://", "ws://") + "/run_remote"
+
+
+KEY = {"authorization": f"Bearer {API_KEY}"}
+
+
+async def test_echo_through_two_hops_with_text_binary_and_a_mebibyte(
+    chain: tuple[ServerProcess, ServerProcess],
+) -> None:
+    _, head = chain
+    big_bytes = bytes(range(256)) * 4096
+    big_text = "ü" * (2**19)  # 1 MiB of UTF-8
+    async with connect(ws_url(head), additional_headers=KEY, max_size=4 * 2**20) as ws:
+        for message in ("hello", b"\x00\xffbinary", "", big_bytes, big_text):
+            await ws.send(message)
+            answer = await ws.recv()
+            assert type(answer) is type(message) and answer == message
+    assert ws.close_code == 1000
+
+
+async def test_sixty_four_sockets_at_once(chain: tuple[ServerProcess, ServerProcess]) -> None:
+    _, head = chain
+
+    async def talk(i: int) -> list[str]:
+        async with connect(ws_url(head), additional_headers=KEY) as ws:
+            answers = []
+            for j in range(5):
+                await ws.send(f"{i}:{j}")
+                answers.append(str(await ws.recv()))
+            return answers
+
+    results = await asyncio.wait_for(asyncio.gather(*(talk(i) for i in range(64))), 60)
+    assert results == [[f"{i}:{j}" for j in range(5)] for i in range(64)]
+    metrics = httpx.get(head.url + "/metrics", headers=KEY).text
+    assert "chains_websockets_open" in metrics
+    counted = [
+        line
+        for line in metrics.splitlines()
+        if "chains_websocket_messages_total" in line and 'direction="in"' in line
+    ]
+    assert counted and int(counted[0].rsplit(" ", 1)[1]) >= 64 * 5
+
+
+async def test_client_disconnect_cancels_the_dependency_within_a_second(
+    chain: tuple[ServerProcess, ServerProcess], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    worker, head = chain
+    marker = Path(worker.env["WORKER_MARKER"])
+    marker.unlink(missing_ok=True)
+    ws = await connect(ws_url(head), additional_headers=KEY)
+    await ws.send("slow")
+    await asyncio.to_thread(wait_until, lambda: marker.exists(), 10, "the worker to start its slow work")
+    closed_at = time.time()
+    ws.transport.abort()  # the client vanishes, without a close frame
+    await asyncio.to_thread(
+        wait_until, lambda: marker.read_text().startswith("cancelled"), 5, "the worker's work to be cancelled"
+    )
+    cancelled_at = float(marker.read_text().split()[1])
+    assert cancelled_at - closed_at < 1.0
+
+
+async def test_a_dependency_failure_reaches_the_client_as_1011_naming_it(
+    chain: tuple[ServerProcess, ServerProcess],
+) -> None:
+    _, head = chain
+    async with connect(ws_url(head), additional_headers=KEY) as ws:
+        await ws.send("before")
+        assert await ws.recv() == "before"
+        await ws.send("crash")
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+    reason = json.loads(closed.value.rcvd.reason)
+    assert reason["chainlet"] == "Worker" and reason["exception"] == "ValueError"
+    assert reason["request_id"]
+
+
+async def test_credentials_are_checked_before_the_upgrade(chain: tuple[ServerProcess, ServerProcess]) -> None:
+    worker, head = chain
+    for url, headers in ((ws_url(head), {}), (ws_url(worker), {}), (ws_url(worker), KEY)):
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(url, additional_headers=headers)
+        assert refused.value.response.status_code == 401
+    async with connect(ws_url(worker), additional_headers={"authorization": f"Bearer {TOKEN}"}) as ws:
+        await ws.send("direct")
+        assert await ws.recv() == "direct"
+
+
+async def test_a_plain_post_to_a_websocket_endpoint_is_refused_clearly(
+    chain: tuple[ServerProcess, ServerProcess],
+) -> None:
+    _, head = chain
+    response = httpx.post(head.url + "/run_remote", json={}, headers=KEY)
+    assert response.status_code == 426
+    assert "WebSocket" in response.json()["detail"]
+
+
+async def test_a_full_chainlet_answers_503_before_the_upgrade(
+    generated: dict[str, Path], tmp_path: Path
+) -> None:
+    worker = ServerProcess(
+        generated["Worker"], env={"WORKER_MARKER": str(tmp_path / "m"), "CHAINS_CONCURRENCY": "2"}
+    )
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    with running(worker):
+        async with (
+            connect(ws_url(worker), additional_headers=auth),
+            connect(ws_url(worker), additional_headers=auth),
+        ):
+            with pytest.raises(InvalidStatus) as refused:
+                await connect(ws_url(worker), additional_headers=auth)
+            assert refused.value.response.status_code == 503
+        # The slots come back when the sockets close.
+        await asyncio.sleep(0.2)
+        async with connect(ws_url(worker), additional_headers=auth) as ws:
+            await ws.send("again")
+            assert await ws.recv() == "again"
+
+
+async def test_a_dependency_that_dies_mid_conversation_is_never_a_clean_close(
+    generated: dict[str, Path], tmp_path: Path
+) -> None:
+    worker, head = _pair(generated, tmp_path / "m")
+    with running(worker, head):
+        async with connect(ws_url(head)) as ws:
+            await ws.send("alive")
+            assert await ws.recv() == "alive"
+            await ws.send("die")
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+        assert json.loads(closed.value.rcvd.reason)["exception"] == "StreamInterrupted"
+
+
+async def test_sigterm_closes_open_sockets_with_1001_after_the_grace_period(
+    generated: dict[str, Path], tmp_path: Path
+) -> None:
+    worker = ServerProcess(
+        generated["Worker"], env={"WORKER_MARKER": str(tmp_path / "m"), "CHAINS_GRACE_SEC": "1"}
+    )
+    with running(worker):
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        async with connect(ws_url(worker), additional_headers=auth) as ws:
+            await ws.send("x")
+            assert await ws.recv() == "x"
+            assert worker.process is not None
+            worker.process.send_signal(signal.SIGTERM)
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+        assert await asyncio.to_thread(worker.process.wait, 10) == 0
