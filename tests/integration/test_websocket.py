@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.helpers import TOKEN, ServerProcess, generate_chain, running, wait_until, write_chain
+from tests.helpers import TOKEN, Cli, ServerProcess, generate_chain, running, wait_until, write_chain
 
 CHAIN = """
 import asyncio
@@ -241,3 +243,23 @@ async def test_sigterm_closes_open_sockets_with_1001_after_the_grace_period(
                 await asyncio.wait_for(ws.recv(), 10)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
         assert await asyncio.to_thread(worker.process.wait, 10) == 0
+
+
+def test_chains_call_sends_stdin_lines_and_prints_the_replies(tmp_path: Path) -> None:
+    """The realtime example pushed as local processes, talked to with `chains call`."""
+    cli = Cli(tmp_path / "home")
+    example = Path(__file__).parents[2] / "examples" / "realtime" / "chain.py"
+    try:
+        cli.push(str(example))
+        result = subprocess.run(
+            [sys.executable, "-m", "chains", "call", "realtime"],
+            input="hello\nworld, again\n",
+            capture_output=True,
+            text=True,
+            env=cli.env,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == ["HELLO", "WORLD, AGAIN"]
+    finally:
+        cli.run("stop", "realtime", check=False)
