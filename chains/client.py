@@ -178,7 +178,7 @@ async def converse_with_entrypoint(
             finally:
                 sender.cancel()
     except InvalidStatus as exc:
-        body = exc.response.body or b""
+        body = bytes(exc.response.body or b"")
         raise CallFailed(_describe_failure(exc.response.status_code, body)) from None
     except ConnectionClosed as exc:
         if exc.rcvd is not None and exc.rcvd.code in (1000, 1001):

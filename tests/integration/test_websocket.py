@@ -263,3 +263,46 @@ def test_chains_call_sends_stdin_lines_and_prints_the_replies(tmp_path: Path) ->
         assert result.stdout.splitlines() == ["HELLO", "WORLD, AGAIN"]
     finally:
         cli.run("stop", "realtime", check=False)
+
+
+# The block docs/deploy.md documents for a WebSocket entrypoint behind nginx, used as written.
+NGINX_HTTP = ["map $http_upgrade $connection_upgrade { default upgrade; '' close; }"]
+NGINX_LOCATION = [
+    "proxy_http_version 1.1;",
+    "proxy_set_header Upgrade $http_upgrade;",
+    "proxy_set_header Connection $connection_upgrade;",
+    "proxy_read_timeout 3600s;",
+    "proxy_send_timeout 3600s;",
+]
+
+
+def test_the_documented_nginx_block_is_the_one_tested() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "deploy.md").read_text()
+    for line in [*NGINX_HTTP, *NGINX_LOCATION]:
+        assert line in doc, line
+
+
+async def test_a_conversation_survives_a_real_nginx(
+    chain: tuple[ServerProcess, ServerProcess], tmp_path: Path
+) -> None:
+    from tests.nginx import Nginx, Site, nginx_binary
+
+    _, head = chain
+    site = Site("ws", head.url, NGINX_LOCATION, shared=False)
+    proxy = Nginx(nginx_binary(), tmp_path / "nginx", [site], http=NGINX_HTTP).start()
+    try:
+        url = site.url.replace("http://", "ws://") + "/run_remote"
+        big = bytes(range(256)) * 4096
+        async with connect(url, additional_headers=KEY, max_size=4 * 2**20) as ws:
+            for message in ("through nginx", big):
+                await ws.send(message)
+                assert await ws.recv() == message
+            await ws.send("crash")
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+        assert json.loads(closed.value.rcvd.reason)["chainlet"] == "Worker"
+        # Plain calls still pass the same location (a refusal here: the endpoint is a socket).
+        assert httpx.post(site.url + "/run_remote", json={}, headers=KEY).status_code == 426
+    finally:
+        proxy.stop()
