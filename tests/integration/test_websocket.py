@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import httpx
@@ -18,6 +19,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from chains import WebSocketProtocol
+from chains.errors import RemoteError, StreamInterrupted
+from chains.stubs import StubBase, StubOptions
 from tests.helpers import TOKEN, Cli, ServerProcess, generate_chain, running, wait_until, write_chain
 
 CHAIN = """
@@ -306,3 +310,80 @@ async def test_a_conversation_survives_a_real_nginx(
         assert httpx.post(site.url + "/run_remote", json={}, headers=KEY).status_code == 426
     finally:
         proxy.stop()
+
+
+class WorkerStub(StubBase):
+    def run_remote(self) -> AbstractAsyncContextManager[WebSocketProtocol]:
+        return self.connect_remote()
+
+
+async def test_a_stub_gets_the_far_sides_failure_as_remote_error_with_its_traceback(
+    chain: tuple[ServerProcess, ServerProcess],
+) -> None:
+    worker, _ = chain
+    stub = WorkerStub(worker.url, name="Worker", token=TOKEN)
+    try:
+        async with stub.run_remote() as ws:
+            await ws.send_bytes(b"\x01\x02")
+            assert await ws.receive_bytes() == b"\x01\x02"
+            await ws.send_text("crash")
+            with pytest.raises(RemoteError) as failure:
+                await ws.receive()
+        assert isinstance(failure.value, ValueError)
+        assert "the worker fails on purpose" in str(failure.value)
+        assert 'raise ValueError("the worker fails on purpose")' in str(failure.value)
+    finally:
+        await stub.aclose()
+
+
+async def test_a_stub_cancelled_mid_conversation_cancels_the_far_side(
+    chain: tuple[ServerProcess, ServerProcess],
+) -> None:
+    worker, _ = chain
+    marker = Path(worker.env["WORKER_MARKER"])
+    marker.unlink(missing_ok=True)
+    stub = WorkerStub(worker.url, name="Worker", token=TOKEN)
+
+    async def converse() -> None:
+        async with stub.run_remote() as ws:
+            await ws.send_text("slow")
+            await ws.receive()
+
+    task = asyncio.ensure_future(converse())
+    try:
+        await asyncio.to_thread(wait_until, lambda: marker.exists(), 10, "the worker to start")
+        task.cancel()
+        cancelled_at = time.time()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(
+            wait_until, lambda: marker.read_text().startswith("cancelled"), 5, "the worker's work to stop"
+        )
+        assert float(marker.read_text().split()[1]) - cancelled_at < 1.0
+    finally:
+        await stub.aclose()
+
+
+async def test_opening_is_retried_until_the_upgrade_and_a_dead_peer_is_an_interruption(
+    generated: dict[str, Path], tmp_path: Path
+) -> None:
+    worker = ServerProcess(generated["Worker"], env={"WORKER_MARKER": str(tmp_path / "m")})
+    stub = WorkerStub(worker.url, name="Worker", token=TOKEN, options=StubOptions(retries=30))
+    try:
+        async with asyncio.timeout(60):
+            conversation = stub.run_remote()  # held: the socket lives as long as its context
+            opening = asyncio.ensure_future(conversation.__aenter__())
+            await asyncio.sleep(0.3)  # refused meanwhile: nothing listens yet
+            assert not opening.done()
+            worker.start()
+            ws = await opening
+            await ws.send_text("alive")
+            assert await ws.receive_text() == "alive"
+            await ws.send_text("die")
+            with pytest.raises(StreamInterrupted):
+                await ws.receive()
+            assert not ws.is_connected
+            await conversation.__aexit__(None, None, None)
+    finally:
+        worker.kill()
+        await stub.aclose()
