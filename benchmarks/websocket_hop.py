@@ -82,7 +82,9 @@ def _uvicorn(port: int) -> list[str]:
 def bare(upstream: str | None = None) -> Iterator[harness.RunningServer]:
     port = harness.free_port()
     env = {"BARE_WS_UPSTREAM": upstream} if upstream else {}
-    with harness.serve_command(_uvicorn(port), port, ready_path="/readyz", ready_body=None, env=env) as server:
+    with harness.serve_command(
+        _uvicorn(port), port, ready_path="/readyz", ready_body=None, env=env
+    ) as server:
         yield server
 
 
