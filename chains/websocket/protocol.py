@@ -123,18 +123,17 @@ class SocketBase:
     async def send_json(self, data: Any) -> None:
         await self.send(json.dumps(data, separators=(",", ":"), ensure_ascii=False))
 
-    def __aiter__(self) -> AsyncIterator[Message]:
-        return self._messages()
+    def __aiter__(self) -> SocketBase:
+        return self
 
-    async def _messages(self) -> AsyncIterator[Message]:
+    async def __anext__(self) -> Message:
+        # A method rather than an async generator: a message costs one await less.
         from chains.websocket.disconnect import WebSocketDisconnect
 
-        while True:
-            try:
-                message = await self.receive()
-            except WebSocketDisconnect:
-                return
-            yield message
+        try:
+            return await self.receive()
+        except WebSocketDisconnect:
+            raise StopAsyncIteration from None
 
     async def iter_text(self) -> AsyncIterator[str]:
         async for message in self:
