@@ -154,6 +154,7 @@ async def test_client_disconnect_cancels_the_dependency_within_a_second(
         wait_until, lambda: marker.read_text().startswith("cancelled"), 5, "the worker's work to be cancelled"
     )
     cancelled_at = float(marker.read_text().split()[1])
+    print(f"the worker's work was cancelled {cancelled_at - closed_at:.3f}s after the client vanished")
     assert cancelled_at - closed_at < 1.0
 
 
