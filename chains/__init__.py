@@ -55,11 +55,13 @@ from chains.errors import (
 )
 from chains.rpc_options import RPCOptions
 from chains.streaming import SSE, StreamTypes, stream_reader, stream_types, stream_writer
+from chains.websocket.protocol import WebSocketProtocol
 
 if TYPE_CHECKING:
     from chains.deploy import push
     from chains.local import run_local
     from chains.stubs import StubBase
+    from chains.websocket.disconnect import WebSocketDisconnect
 
 __version__ = "0.1.0"
 
@@ -70,6 +72,8 @@ _LAZY = {
     "StubBase": "chains.stubs",
     "push": "chains.deploy",
     "run_local": "chains.local",
+    # imports starlette when it is installed (to subclass its exception): not for every chain file
+    "WebSocketDisconnect": "chains.websocket.disconnect",
 }
 
 __all__ = [
@@ -106,6 +110,8 @@ __all__ = [
     "StubBase",
     "UnknownFrameKind",
     "Violation",
+    "WebSocketDisconnect",
+    "WebSocketProtocol",
     "batched",
     "depends",
     "depends_context",

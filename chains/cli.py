@@ -442,8 +442,11 @@ def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
 def call(
     name: str, json_args: str | None, args_file: str | None, api_key: str | None, timeout: float | None
 ) -> None:
-    """Call chain NAME's entrypoint and print the answer; streams print as they arrive."""
-    from chains.client import CallFailed, call_entrypoint
+    """Call chain NAME's entrypoint and print the answer; streams print as they arrive.
+
+    A WebSocket entrypoint gets each line of stdin as a message; its replies print as they
+    arrive."""
+    from chains.client import CallFailed, call_entrypoint, converse_with_entrypoint
     from chains.deploy import find_state
     from chains.streaming import kind_named
 
@@ -461,6 +464,9 @@ def call(
         _fail(f"error: chain {name!r} is stale (its supervisor is gone); push it again")
     kind = _guarded(lambda: kind_named(state.entrypoint_kind))
     try:
+        if kind.is_socket:  # a conversation: stdin's lines go out, the replies print as they come
+            asyncio.run(converse_with_entrypoint(state.entrypoint_url, api_key=api_key))
+            return
         asyncio.run(call_entrypoint(state.entrypoint_url, arguments, kind, api_key=api_key, timeout=timeout))
     except CallFailed as exc:
         _fail(f"error: {exc}")

@@ -19,7 +19,7 @@ from chains.errors import ErrorDetail, RemoteError, StreamInterrupted
 from chains.streaming import BYTES, SSE_EVENTS, TEXT, OutputKind, StreamKind
 from chains.streaming.sse import SSE
 
-__all__ = ["CallFailed", "call_entrypoint"]
+__all__ = ["CallFailed", "call_entrypoint", "converse_with_entrypoint"]
 
 
 class CallFailed(Exception):
@@ -119,3 +119,72 @@ def _writer(kind: StreamKind, out: TextIO) -> Callable[[str], None]:
         out.write(data + "\n")
 
     return write_line
+
+
+async def converse_with_entrypoint(
+    url: str,
+    lines: TextIO = sys.stdin,
+    out: TextIO = sys.stdout,
+    api_key: str | None = None,
+    idle_sec: float = 1.0,
+) -> None:
+    """Open a WebSocket to ``url``/run_remote, send each line of ``lines`` as a text message and
+    print every message that comes back as it arrives (text as a line, binary as its bytes).
+
+    Once ``lines`` ends, replies are still printed until none came for ``idle_sec`` seconds;
+    then the socket is closed. A close with 1011 (the chain failed) is a :class:`CallFailed`.
+    """
+    import asyncio
+    import threading
+
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    ws_url = "ws" + url.removeprefix("http") + "/run_remote"
+    loop = asyncio.get_running_loop()
+    typed: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def read_lines() -> None:  # a thread: reading a terminal would block the loop
+        for line in lines:
+            loop.call_soon_threadsafe(typed.put_nowait, line.rstrip("\n"))
+        loop.call_soon_threadsafe(typed.put_nowait, None)
+
+    async def send_lines(ws: Any) -> None:
+        while (line := await typed.get()) is not None:
+            await ws.send(line)
+
+    try:
+        async with connect(ws_url, additional_headers=headers, max_size=None) as ws:
+            threading.Thread(target=read_lines, daemon=True).start()
+            sender = asyncio.ensure_future(send_lines(ws))
+            try:
+                while True:
+                    wait = None if not sender.done() else idle_sec
+                    try:
+                        message = await asyncio.wait_for(ws.recv(), wait)
+                    except TimeoutError:
+                        return
+                    if isinstance(message, bytes):
+                        binary = getattr(out, "buffer", None)
+                        if binary is not None:
+                            binary.write(message)
+                            binary.flush()
+                        else:
+                            out.write(message.decode(errors="replace"))
+                    else:
+                        out.write(message + "\n")
+                    out.flush()
+            finally:
+                sender.cancel()
+    except InvalidStatus as exc:
+        body = bytes(exc.response.body or b"")
+        raise CallFailed(_describe_failure(exc.response.status_code, body)) from None
+    except ConnectionClosed as exc:
+        if exc.rcvd is not None and exc.rcvd.code in (1000, 1001):
+            return
+        code = exc.rcvd.code if exc.rcvd is not None else "none"
+        reason = exc.rcvd.reason if exc.rcvd is not None else "the connection broke without a close frame"
+        raise CallFailed(f"the WebSocket closed with code {code}: {reason}") from None
+    except OSError as exc:
+        raise CallFailed(f"could not open a WebSocket to {ws_url}: {exc}") from None

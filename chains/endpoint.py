@@ -24,8 +24,9 @@ from chains.batcher import BatchConfig
 from chains.batching import batch_config_of
 from chains.errors import Violation
 from chains.locations import Locator
-from chains.streaming import STRUCTURED, UNARY, OutputKind, StreamTypes
+from chains.streaming import STRUCTURED, UNARY, WEBSOCKET, OutputKind, StreamTypes
 from chains.streaming.kinds import stream_kind_for
+from chains.websocket.signature import is_socket_annotation, is_socket_connection, websocket_violations
 from chains.wire import WIRE_CONFIG, wire_adapter
 
 __all__ = [
@@ -113,6 +114,8 @@ class EndpointSpec:
             f"{p.name}: {type_label(p.annotation)}" + ("" if p.required else f" = {p.default!r}")
             for p in self.params
         )
+        if self.output_kind.is_socket:
+            return f"async {METHOD}(websocket: WebSocketProtocol) -> None (a WebSocket: messages both ways)"
         if not self.output_kind.is_stream:
             output = type_label(self.output_type)
         elif self.stream_types is not None:
@@ -212,6 +215,11 @@ def analyze_endpoint(
             at_def(f"cannot resolve the annotations ({unresolved}); import or define the names they use")
         )
         return result
+
+    if any(is_socket_annotation(hints.get(p.name)) for p in all_params[1:]) or (
+        stub and is_socket_connection(hints.get("return"))
+    ):
+        return _websocket(result, method, chainlet, all_params[1:], hints, locator, signature, stub=stub)
 
     params = []
     for p in all_params[1:]:
@@ -384,6 +392,24 @@ def _without_exceptions(output: Any) -> Any:
     if not kept:
         return output
     return functools.reduce(operator.or_, kept)
+
+
+def _websocket(
+    result: EndpointAnalysis,
+    method: Any,
+    chainlet: str,
+    params: list[inspect.Parameter],
+    hints: dict[str, Any],
+    locator: Locator,
+    signature: inspect.Signature,
+    *,
+    stub: bool,
+) -> EndpointAnalysis:
+    if not stub:
+        result.violations.extend(websocket_violations(method, params, hints, locator))
+    if not result.violations:
+        result.spec = EndpointSpec(chainlet, True, (), WEBSOCKET, None, signature=signature)
+    return result
 
 
 def _find_method(cls: type) -> Any:

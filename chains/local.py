@@ -8,7 +8,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from chains.context import DeployedServiceDescriptor, DeploymentContext, Secrets
 from chains.errors import ChainsUsageError, DeadlineExceeded, ErrorDetail, RemoteError
 from chains.limits import CallLimit
 from chains.streaming import decode_framed, encode_framed, shape_of
+from chains.websocket.protocol import WebSocketProtocol
 
 __all__ = ["LocalStub", "run_local"]
 
@@ -140,7 +141,9 @@ class LocalStub:
         self._pool: ThreadPoolExecutor | None = None
         endpoint = self._endpoint
         method: Callable[..., Any]
-        if endpoint.is_stream:
+        if endpoint.output_kind.is_socket:
+            method = self._connect
+        elif endpoint.is_stream:
             method = self._stream
         elif endpoint.is_async:
             method = self._call_async
@@ -212,6 +215,9 @@ class LocalStub:
             f"call to {self._spec.name} did not finish within timeout_sec={self._marker.timeout_sec}"
         )
 
+    def _connect(self) -> AbstractAsyncContextManager[WebSocketProtocol]:
+        return _local_socket(self._instance, self._spec.name, self._serialize, self._limit)
+
     async def _stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         arguments = self._arguments(args, kwargs)
         endpoint = self._endpoint
@@ -227,6 +233,16 @@ class LocalStub:
                 return
             async for value in _wrap_errors(source, self._remote):
                 yield value
+
+
+@asynccontextmanager
+async def _local_socket(
+    instance: ChainletBase, name: str, serialize: bool, limit: CallLimit
+) -> AsyncIterator[WebSocketProtocol]:
+    from chains.websocket.local import connect
+
+    async with limit.slot(), connect(instance, name=name, serialize=serialize) as socket:
+        yield socket
 
 
 async def _wrap_errors(

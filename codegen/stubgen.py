@@ -9,7 +9,9 @@ How the body delegates depends on the endpoint:
   a plain ``def`` returning ``self.stream_remote(...)``, so closing the caller's iterator
   closes the HTTP response directly;
 * a stream annotated ``AsyncGenerator[T, None]`` -> an ``async def`` re-yielding the items,
-  since ``stream_remote`` is typed as an iterator, not a generator.
+  since ``stream_remote`` is typed as an iterator, not a generator;
+* a WebSocket endpoint -> ``def run_remote(self)`` returning ``self.connect_remote()``, the
+  async context manager of the conversation (``async with stub.run_remote() as ws:``).
 
 Arguments are passed by keyword, except positional-only ones.
 """
@@ -69,6 +71,8 @@ def render_stub(
     func = run_remote_of(dependency.cls)
     imports = Imports(first_party)
     imports.add_from("chains.stubs", "StubBase")
+    if dependency.endpoint.output_kind.is_socket:
+        return _render_socket_stub(env, dependency, imports, module, class_name, import_name, header)
     endpoint = dependency.endpoint
     # A batched chainlet is called with one input: its stub has the one-item signature.
     wire_types = (
@@ -117,6 +121,31 @@ def render_stub(
         imports=imports.lines(),
         def_lines=signature.def_lines(is_async=is_async, indent="    "),
         body_lines=body,
+    )
+    return StubModule(module, dependency.name, class_name, text, frozenset(imports.top_modules()))
+
+
+def _render_socket_stub(
+    env: jinja2.Environment,
+    dependency: ChainletSpec,
+    imports: Imports,
+    module: str,
+    class_name: str,
+    import_name: ImportName,
+    header: str,
+) -> StubModule:
+    """A WebSocket endpoint's stub: ``run_remote()`` opens the conversation."""
+    imports.add_from("contextlib", "AbstractAsyncContextManager")
+    imports.add_from("chains", "WebSocketProtocol")
+    text = env.get_template("stub.py.jinja").render(
+        header=header,
+        dependency=dependency.name,
+        target=f"{import_name(dependency.cls.__module__)}.{dependency.cls.__qualname__}",
+        target_class=dependency.cls.__name__,
+        class_name=class_name,
+        imports=imports.lines(),
+        def_lines=["    def run_remote(self) -> AbstractAsyncContextManager[WebSocketProtocol]:"],
+        body_lines=[f"{_BODY_INDENT}return self.connect_remote()"],
     )
     return StubModule(module, dependency.name, class_name, text, frozenset(imports.top_modules()))
 

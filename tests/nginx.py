@@ -43,6 +43,9 @@ class Site:
     upstream: str
     directives: list[str] = field(default_factory=list)
     port: int = field(default_factory=unique_port)
+    # False: the site's directives alone, without the shared HTTP/1.1 ones (a WebSocket site
+    # sets its own Connection header).
+    shared: bool = True
 
     @property
     def url(self) -> str:
@@ -58,9 +61,10 @@ _COMMON = ["proxy_http_version 1.1;", 'proxy_set_header Connection "";']
 class Nginx:
     """A real nginx with its own config and files in ``folder``, in the foreground as our child."""
 
-    def __init__(self, binary: str, folder: Path, sites: list[Site]) -> None:
+    def __init__(self, binary: str, folder: Path, sites: list[Site], http: list[str] | None = None) -> None:
         self.binary = binary
         self.folder = folder
+        self.http = http or []  # directives of the http block, e.g. a map
         self.sites = {site.name: site for site in sites}
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -69,7 +73,7 @@ class Nginx:
         user = f"user {pwd.getpwuid(os.getuid()).pw_name};" if os.geteuid() == 0 else ""
         servers = []
         for site in self.sites.values():
-            lines = "\n            ".join([*_COMMON, *site.directives])
+            lines = "\n            ".join([*(_COMMON if site.shared else []), *site.directives])
             servers.append(
                 f"""
     server {{
@@ -94,6 +98,7 @@ http {{
     fastcgi_temp_path {f}/fastcgi;
     uwsgi_temp_path {f}/uwsgi;
     scgi_temp_path {f}/scgi;
+    {" ".join(self.http)}
     {"".join(servers)}
 }}
 """

@@ -49,6 +49,7 @@ from chains.server.browser import BrowserRoutes
 from chains.server.metrics import Metrics
 from chains.server.negotiation import negotiate
 from chains.server.settings import ServerSettings
+from chains.server.websocket import Conversations, serve_websocket
 from chains.streaming import shape_of
 
 if TYPE_CHECKING:
@@ -108,6 +109,7 @@ class ChainletApp:
         if settings.is_entrypoint:
             self._browser = BrowserRoutes(spec, settings.cors, settings.api_key, self.metrics)
         self._batcher: Batcher | None = None
+        self.conversations = Conversations()
         if not settings.is_entrypoint and not settings.internal_token:
             raise ValueError(
                 f"chainlet {spec.name} is internal (not the entrypoint) and needs the chain's token: "
@@ -178,6 +180,8 @@ class ChainletApp:
         kind = scope["type"]
         if kind == "http":
             await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await serve_websocket(self, scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
 
@@ -201,6 +205,10 @@ class ChainletApp:
         path: str = scope["path"]
         method: str = scope["method"]
         if path == "/run_remote":
+            if self.spec.endpoint.output_kind.is_socket:
+                detail = f"{self.spec.name} is a WebSocket endpoint: open a WebSocket to /run_remote"
+                await send_json(send, 426, {"detail": detail}, [(b"upgrade", b"websocket")])
+                return
             if method != "POST":
                 await send_json(send, 405, {"detail": "use POST /run_remote"}, [(b"allow", b"POST")])
                 return
@@ -264,6 +272,25 @@ class ChainletApp:
         if not hmac.compare_digest(credential.strip().encode(), expected):
             return "wrong credentials"
         return None
+
+    # What a WebSocket conversation's admission shares with calls (chains.server.websocket).
+
+    def authorize(self, headers: dict[str, str]) -> str | None:
+        return self._authorized(headers)
+
+    @property
+    def public_errors(self) -> bool:
+        return self._public_errors
+
+    async def try_take_slot(self) -> bool:
+        """Take a concurrency slot if one is free now (a socket holds it while open)."""
+        if self._slots.locked():
+            return False
+        await self._slots.acquire()  # free, so this does not wait
+        return True
+
+    def release_slot(self) -> None:
+        self._slots.release()
 
     async def _run_remote(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()

@@ -186,6 +186,49 @@ class EmbeddedChainlet:
             raise ChainsRuntimeError(f"the chainlet's app sent {first['type']} before its response started")
         return EmbeddedResponse(int(first["status"]), list(first.get("headers", [])), queue, task, gone)
 
+    async def converse(self, websocket: Any) -> None:
+        """Serve one conversation of a WebSocket endpoint on a platform's starlette ``websocket``
+        (accepted or not): its messages go to the app as a socket's would, and the app's back."""
+        headers: Headers = [(k.lower(), v) for k, v in websocket.headers.raw if k.lower() not in _HOP_BY_HOP]
+        if self._trust_callers and self._token:
+            headers = [(k, v) for k, v in headers if k != b"authorization"]
+            headers.append((b"authorization", f"Bearer {self._token}".encode()))
+        connected = False
+
+        async def receive() -> MutableMapping[str, Any]:
+            nonlocal connected
+            if not connected:
+                connected = True
+                return {"type": "websocket.connect"}
+            message: MutableMapping[str, Any] = await websocket.receive()
+            return message
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "websocket.accept":
+                if getattr(websocket.client_state, "name", "") != "CONNECTED":  # not accepted by the platform
+                    await websocket.accept(
+                        subprotocol=message.get("subprotocol"), headers=message.get("headers")
+                    )
+                return
+            if message["type"].startswith("websocket.http.response"):
+                await websocket.close(1008)  # refused before the upgrade: no HTTP answer on a socket
+                return
+            await websocket.send(message)
+
+        scope = {
+            "type": "websocket",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "path": "/run_remote",
+            "raw_path": b"/run_remote",
+            "query_string": b"",
+            "root_path": "",
+            "headers": headers,
+            "subprotocols": [],
+            "client": ("127.0.0.1", 0),
+            "server": ("127.0.0.1", 0),
+        }
+        await self.app(scope, receive, send)
+
 
 async def _build(app: ChainletApp) -> None:
     await app.startup()

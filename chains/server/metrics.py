@@ -54,6 +54,10 @@ class Metrics:
         self.chainlet = chainlet
         self.in_flight = 0
         self.streams_cancelled = 0
+        # WebSocket endpoints: sockets open now, and messages received and sent on them.
+        self.sockets_open = 0
+        self.socket_messages_in = 0
+        self.socket_messages_out = 0
         self._calls: dict[int, int] = defaultdict(int)
         self._latency = _Histogram()
         self._dep_calls: dict[tuple[str, str], int] = defaultdict(int)
@@ -111,6 +115,13 @@ class Metrics:
             "# HELP chains_streams_cancelled_total Streams stopped because the client went away.",
             "# TYPE chains_streams_cancelled_total counter",
             f"chains_streams_cancelled_total{{{base}}} {self.streams_cancelled}",
+            "# HELP chains_websockets_open WebSocket conversations open now.",
+            "# TYPE chains_websockets_open gauge",
+            f"chains_websockets_open{{{base}}} {self.sockets_open}",
+            "# HELP chains_websocket_messages_total WebSocket messages, by direction.",
+            "# TYPE chains_websocket_messages_total counter",
+            f'chains_websocket_messages_total{{{base},direction="in"}} {self.socket_messages_in}',
+            f'chains_websocket_messages_total{{{base},direction="out"}} {self.socket_messages_out}',
             "# HELP chains_call_duration_seconds Time to serve a call (to the last byte of a stream).",
             "# TYPE chains_call_duration_seconds histogram",
         ]

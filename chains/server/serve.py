@@ -218,6 +218,14 @@ class _DrainingServer(uvicorn.Server):
         deadline = time.monotonic() + grace
         while (app.in_flight or self.server_state.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        if app.conversations:
+            # A conversation has no natural end a drain could wait for: at the grace period's
+            # end its client is told the server is going away (1001), so it reconnects elsewhere.
+            logger.info("grace period over: closing %d WebSocket(s) with 1001", len(app.conversations))
+            await app.conversations.close_all()
+            closing = time.monotonic() + 1.0
+            while app.in_flight and time.monotonic() < closing:
+                await asyncio.sleep(0.01)
         if app.in_flight:
             logger.warning("grace period over with %d call(s) in flight; stopping them", app.in_flight)
         self.should_exit = True
@@ -310,6 +318,12 @@ def serve(
         log_config=None,
         timeout_graceful_shutdown=1,
         timeout_keep_alive=30,
+        # WebSocket endpoints: a ping every 20 s and a socket closed when its pong is 20 s
+        # late; a message longer than the body limit closes the socket with 1009.
+        ws="websockets-sansio",
+        ws_ping_interval=20.0,
+        ws_ping_timeout=20.0,
+        ws_max_size=app.settings.max_body_bytes,
     )
     server = _DrainingServer(config, app, hold_until_built=fd is not None)
     sockets = [socket.socket(fileno=fd)] if fd is not None else None

@@ -2,8 +2,8 @@
 typed items, or structured parts. One object per kind carries what differs between them.
 
 Each kind is one class with a single instance (:data:`UNARY`, :data:`TEXT`, :data:`BYTES`,
-:data:`SSE_EVENTS`, :data:`ITEMS`, :data:`STRUCTURED`): its wire codec, the media types of its
-raw form, and how its values become server-sent events and raw bytes and back. Code that
+:data:`SSE_EVENTS`, :data:`ITEMS`, :data:`STRUCTURED`, :data:`WEBSOCKET`): its wire codec, the
+media types of its raw form, and how its values become server-sent events and raw bytes and back. Code that
 handles every kind asks the kind instead of comparing names, so a new kind is a new class.
 Where a kind is written down (``chainlet.json``, the state file) it is its :attr:`~OutputKind.name`,
 read back with :func:`kind_named`::
@@ -38,6 +38,7 @@ __all__ = [
     "STRUCTURED",
     "TEXT",
     "UNARY",
+    "WEBSOCKET",
     "BytesStream",
     "EventStream",
     "ItemStream",
@@ -46,6 +47,7 @@ __all__ = [
     "StructuredStream",
     "TextStream",
     "Unary",
+    "WebSocketKind",
     "as_event",
     "as_text",
     "dump_bytes",
@@ -72,6 +74,8 @@ class OutputKind:
     yields_frames: ClassVar[bool] = False
     """The generator yields frames a stream writer made, which the encoders check and
     complete, rather than values the encoders convert."""
+    is_socket: ClassVar[bool] = False
+    """A bidirectional conversation over a WebSocket rather than one request and its answer."""
 
     def __repr__(self) -> str:
         return f"<{'stream ' if self.is_stream else ''}kind {self.name!r}>"
@@ -87,6 +91,17 @@ class Unary(OutputKind):
     name = "unary"
     is_stream = False
     has_item_schema = True
+
+
+class WebSocketKind(OutputKind):
+    """``run_remote(self, websocket: chains.WebSocketProtocol) -> None``: both ends send
+    messages (text or binary frames) until one closes; served by ``chains.server.websocket``,
+    called through ``chains.websocket.client``."""
+
+    __slots__ = ()
+    name = "websocket"
+    is_stream = False
+    is_socket = True
 
 
 class StreamKind(OutputKind):
@@ -302,9 +317,10 @@ BYTES: Final = BytesStream()
 SSE_EVENTS: Final = EventStream()
 ITEMS: Final = ItemStream()
 STRUCTURED: Final = StructuredStream()
+WEBSOCKET: Final = WebSocketKind()
 
 KINDS: Final[Mapping[str, OutputKind]] = {
-    kind.name: kind for kind in (UNARY, TEXT, BYTES, SSE_EVENTS, ITEMS, STRUCTURED)
+    kind.name: kind for kind in (UNARY, TEXT, BYTES, SSE_EVENTS, ITEMS, STRUCTURED, WEBSOCKET)
 }
 _BUILTIN: Final[tuple[StreamKind, ...]] = (TEXT, BYTES, SSE_EVENTS)
 

@@ -23,7 +23,7 @@ class AiohttpTransport:
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
 
-    def _client(self) -> aiohttp.ClientSession:
+    def session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session_loop is not loop:
             # One pooled session per event loop: keep-alive to every replica. It does not
@@ -41,9 +41,9 @@ class AiohttpTransport:
         try:
             async with asyncio.timeout(timeout):
                 if not stream:
-                    async with self._client().post(url, data=body, headers=headers) as response:
+                    async with self.session().post(url, data=body, headers=headers) as response:
                         return Response(response.status, response.headers, await response.read())
-                response = await self._client().post(url, data=body, headers=headers)
+                response = await self.session().post(url, data=body, headers=headers)
                 if response.status == 200:
                     return Response(200, response.headers, stream=_Body(response))
                 try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, TypeVar
 
 from chains import codec
@@ -25,6 +26,7 @@ from chains.server.settings import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
 from chains.streaming import FRAMED_MEDIA_TYPE, decode_framed, shape_of
 from chains.stubs.policy import CallPolicy
 from chains.stubs.transport import AsyncTransport
+from chains.websocket.protocol import WebSocketProtocol
 
 __all__ = ["StubBase"]
 
@@ -117,6 +119,30 @@ class StubBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(self.urls)})"
+
+    def connect_remote(self) -> AbstractAsyncContextManager[WebSocketProtocol]:
+        """Open a conversation with a WebSocket endpoint: ``async with stub.connect_remote() as ws:``
+        (see :mod:`chains.websocket.client`)."""
+        from chains.stubs.aiohttp_transport import AiohttpTransport
+        from chains.websocket.client import connect
+
+        transport = self._policy.transport
+        if not isinstance(transport, AiohttpTransport):
+            raise ChainsUsageError(
+                f"{type(self).__name__}: WebSocket calls go over aiohttp; this stub was given "
+                f"another transport ({type(transport).__name__})"
+            )
+        return connect(
+            transport.session(),
+            self.urls,
+            self.path,
+            name=self.name,
+            retries=self.options.retries,
+            timeout_sec=self.options.timeout_sec,
+            authorization=self._policy.authorization,
+            metrics=self._policy.metrics,
+            max_message_bytes=self._max_frame_bytes,
+        )
 
     @property
     def _async_semaphore_wrapper(self) -> CallLimit:

@@ -101,16 +101,16 @@ class CallPolicy:
         self._is_chain_token = is_chain_token
         # Where ``authorization`` came from, named when it is refused ("Api-Key from the secret ...").
         self.credential: str | None = None
-        self._metrics = metrics
+        self.metrics = metrics
         self._turn = itertools.count(random.randrange(len(self.urls)))
         self._limit = CallLimit(options.concurrency_limit, name)
-        self._transport: AsyncTransport = transport or AiohttpTransport()
+        self.transport: AsyncTransport = transport or AiohttpTransport()
         self._sync_transport = sync_transport
         self._content_type = codec.BINARY_MEDIA_TYPE if options.use_binary else "application/json"
 
     async def aclose(self) -> None:
         """Close pooled connections (a server does this at shutdown)."""
-        await self._transport.aclose()
+        await self.transport.aclose()
         if self._sync_transport is not None:
             self._sync_transport.close()
 
@@ -158,7 +158,7 @@ class CallPolicy:
     async def unary(self, path: str, body: bytes, decode: Decode, accept: str) -> Any:
         """POST ``body`` to ``path`` of a replica; the decoded result, after any retries."""
         call = self._call_context()
-        with DependencyCall(self._metrics, self.name) as record:
+        with DependencyCall(self.metrics, self.name) as record:
             async with self._limit.slot():
                 result = await self._with_retries(
                     call, self._attempt_unary, path, body, decode, accept, call, path=path, size=len(body)
@@ -173,7 +173,7 @@ class CallPolicy:
         :class:`StreamInterrupted`. The call holds its concurrency slot until the stream ends.
         """
         call = self._call_context()
-        with DependencyCall(self._metrics, self.name) as record:
+        with DependencyCall(self.metrics, self.name) as record:
             async with self._limit.slot():
                 opened: list[ClientAttempt] = []
                 stream: ByteStream = await self._with_retries(
@@ -206,7 +206,7 @@ class CallPolicy:
     def unary_sync(self, path: str, body: bytes, decode: Decode, accept: str) -> Any:
         """:meth:`unary` from sync code (a thread): the same attempts, retries and errors."""
         call = self._call_context()
-        with DependencyCall(self._metrics, self.name) as record:
+        with DependencyCall(self.metrics, self.name) as record:
             attempt = (
                 self._attempt_sync if tracing.active() is None else self._traced_sync(call, len(body), path)
             )
@@ -222,7 +222,7 @@ class CallPolicy:
         timeout = self._attempt_timeout(call)
         url = self._next_url(tried)
         try:
-            response = await self._transport.send(
+            response = await self.transport.send(
                 url + path, body, self._headers(call, timeout, accept), timeout
             )
         except TimeoutError:
@@ -241,7 +241,7 @@ class CallPolicy:
         url = self._next_url(tried)
         headers = self._headers(call, timeout, accept)
         try:
-            response = await self._transport.send(url + path, body, headers, timeout, stream=True)
+            response = await self.transport.send(url + path, body, headers, timeout, stream=True)
         except TimeoutError:
             raise DeadlineExceeded(
                 f"{self.name} did not start its stream within {timeout:.3g}s ({url})"
@@ -480,8 +480,8 @@ class CallPolicy:
         return sleep
 
     def _count_retry(self, state: tenacity.RetryCallState) -> None:
-        if self._metrics is not None:
-            self._metrics.dependency_retried(self.name)
+        if self.metrics is not None:
+            self.metrics.dependency_retried(self.name)
 
 
 def _note_answer(status: int, size: int | None = None) -> None:

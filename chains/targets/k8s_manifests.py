@@ -195,9 +195,17 @@ def _service(wiring: ChainWiring, chainlet: ChainletWiring) -> Obj:
         "spec": {
             "type": "ClusterIP",
             "selector": chainlet.selector(wiring.chain),
-            "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [_service_port(chainlet)],
         },
     }
+
+
+def _service_port(chainlet: ChainletWiring) -> Obj:
+    port: Obj = {"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}
+    if chainlet.spec.endpoint.output_kind.is_socket:
+        # Tells a gateway or mesh in front of the Service to pass the WebSocket upgrade on.
+        port["appProtocol"] = "kubernetes.io/ws"
+    return port
 
 
 def _autoscaler(wiring: ChainWiring, chainlet: ChainletWiring) -> Obj | None:

@@ -154,6 +154,9 @@ def truss_config(
         },
     }
     _add_baseten_settings(result, config)
+    if spec.endpoint.output_kind.is_socket and "transport" not in result["runtime"]:
+        # Truss serves a WebSocket endpoint only with this transport (and its own keepalive).
+        result["runtime"]["transport"] = {"kind": "websocket"}
     return result
 
 
@@ -232,6 +235,7 @@ def _model_py(env: jinja2.Environment, head: str, chain: str, chainlet: Chainlet
         token_secret=TOKEN_SECRET,
         dependencies=_dependencies(chainlet),
         predict_url_example=PREDICT_URL_EXAMPLE,
+        is_socket=chainlet.spec.endpoint.output_kind.is_socket,
     )
 
 

@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 CHAINS = {
     "hello": REPO / "examples" / "hello" / "chain.py",
     "streaming": REPO / "examples" / "streaming" / "chain.py",
+    "realtime": REPO / "examples" / "realtime" / "chain.py",
     "rich": HERE / "chains" / "rich" / "chain.py",
 }
 assert sorted(p.parent.name for p in (REPO / "examples").glob("*/chain.py")) == sorted(

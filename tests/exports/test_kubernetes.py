@@ -325,3 +325,11 @@ def test_apply_runs_kubectl_when_there_is_a_context(
     else:
         assert calls == ["config current-context"]
         assert "no current context" in err and f"kubectl apply -k {out}" in err
+
+
+def test_a_websocket_chainlets_service_port_says_it_speaks_websocket(k8s: dict[str, Export]) -> None:
+    services = of_kind(k8s["realtime"], "Service")
+    assert services and all(
+        s["spec"]["ports"][0]["appProtocol"] == "kubernetes.io/ws" for s in services.values()
+    )
+    assert all("appProtocol" not in s["spec"]["ports"][0] for s in of_kind(k8s["hello"], "Service").values())

@@ -265,3 +265,38 @@ def test_truss_loads_every_config_and_builds_every_context(truss: dict[str, Expo
     # truss's own reading of the GPU: a T4, one of them, and the model asks for a GPU.
     assert report["Embed_Model"]["accelerator"] == ["T4", 1, True]
     assert report["Store"]["accelerator"] == ["None", 1, False]
+
+
+def test_a_websocket_chainlet_is_configured_for_the_websocket_transport(truss: dict[str, Export]) -> None:
+    for name in ("Relay", "Transform"):
+        config = yaml.safe_load((truss["realtime"].out / name / "config.yaml").read_text())
+        assert config["runtime"]["transport"] == {"kind": "websocket"}
+        model = (truss["realtime"].out / name / "model" / "model.py").read_text()
+        assert "async def websocket(" in model and "def predict(" not in model
+    hello = yaml.safe_load((truss["hello"].out / "Greeter" / "config.yaml").read_text())
+    assert "transport" not in hello["runtime"]
+
+
+async def test_a_websocket_chainlet_converses_through_the_models_websocket_method(
+    truss: dict[str, Export],
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import WebSocketRoute
+    from starlette.testclient import TestClient
+    from starlette.websockets import WebSocket
+
+    with isolated():
+        model = await loaded_model(truss["realtime"].out / "Transform", secrets={})
+
+        async def endpoint(websocket: WebSocket) -> None:
+            await model.websocket(websocket)
+
+        def talk() -> list[Any]:
+            app = Starlette(routes=[WebSocketRoute("/websocket", endpoint)])
+            with TestClient(app) as test_client, test_client.websocket_connect("/websocket") as ws:
+                ws.send_text("hello")
+                text = ws.receive_text()
+                ws.send_bytes(b"abc")
+                return [text, ws.receive_bytes()]
+
+        assert await asyncio.to_thread(talk) == ["HELLO", b"cba"]

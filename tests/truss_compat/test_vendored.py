@@ -45,6 +45,7 @@ def on_path() -> Iterator[None]:
         ("custom_health_checks/custom_health_checks.py", None, 1),
         ("traditional_truss/truss_model.py", None, 1),
         ("../examples/streaming/streaming_chain.py", None, 3),
+        ("websocket_chain/websocket_chain.py", None, 2),
     ],
 )
 def test_chains_check_passes(file: str, entrypoint: str | None, chainlets: int) -> None:

@@ -1,0 +1,307 @@
+"""The server side of a WebSocket endpoint: one conversation on ``GET /run_remote`` + Upgrade.
+
+Admission is the HTTP calls' own, decided before the upgrade so that a refusal is a plain
+HTTP answer a client and its retries understand: 401 without the right credentials, 503
+while the chainlet is not ready, draining, or has ``Compute(concurrency=N)`` conversations and
+calls open already (an open socket holds a slot for its whole life; sockets do not queue).
+
+Then ``run_remote(websocket)`` runs as its own task, taking the client's messages as it
+receives them (a client faster than the chainlet is held back by the transport). The client
+closing the socket raises :class:`WebSocketDisconnect` in a ``receive_*`` that waits, and
+otherwise cancels ``run_remote`` within two ticks of :data:`_WATCH_AFTER_SEC`: a chainlet relaying to
+a dependency stops, and closes that socket too. ``run_remote`` raising closes the socket with
+1011 and the failure (see :mod:`chains.websocket.wire`); the caller's deadline, when it sent
+one, bounds the conversation. On SIGTERM, open sockets get the grace period and are then
+closed with 1001 (:meth:`Conversations.close_all`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from chains.call_context import REQUEST_ID_HEADER, CallContext, serving_call
+from chains.errors import DeadlineExceeded, ErrorDetail
+from chains.server.asgi import Receive, Scope, Send, header_map
+from chains.server.metrics import Metrics
+from chains.websocket.disconnect import WebSocketDisconnect
+from chains.websocket.protocol import Message, SocketBase
+from chains.websocket.wire import (
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_NORMAL,
+    SUBPROTOCOL,
+    close_reason,
+    error_message,
+    tag,
+)
+
+if TYPE_CHECKING:
+    from chains.server.app import ChainletApp
+
+__all__ = ["Conversations", "ServerSocket", "serve_websocket"]
+
+logger = logging.getLogger("chains.server")
+
+# How long run_remote may be busy elsewhere between two receives before the client's next
+# message (or its leaving) is watched for: a client that leaves meanwhile is noticed after this.
+_WATCH_AFTER_SEC = 0.05
+
+
+class ServerSocket(SocketBase):
+    """The socket ``run_remote`` is given on a deployed chainlet.
+
+    ``receive`` takes the client's next message from the server directly. When ``run_remote``
+    has not come back to ``receive`` for a tick of :data:`_WATCH_AFTER_SEC` (it waits for a
+    dependency, say), a watch takes that next message instead: a message is kept for
+    ``receive``, a disconnect cancels ``run_remote``. A reader task per message cost a third
+    of an echo's time.
+    """
+
+    def __init__(
+        self, receive: Receive, send: Send, headers: Mapping[str, str], metrics: Metrics, tagged: bool
+    ) -> None:
+        self._receive = receive
+        self._send = send
+        self._headers = headers
+        self._metrics = metrics
+        self._tagged = tagged
+        self._loop = asyncio.get_running_loop()
+        self._pending: asyncio.Future[Any] | None = None  # the watch's receive
+        self._timer: asyncio.TimerHandle | None = None
+        self._received = 0
+        self._received_at_tick = -1
+        self.handler: asyncio.Future[Any] | None = None
+        self.receiving = False
+        self.closed = False  # by either end
+        self.peer_code = CLOSE_NORMAL
+
+    @property
+    def is_connected(self) -> bool:
+        return not self.closed
+
+    async def receive(self) -> Message:
+        self._received += 1
+        if self.closed and self._pending is None:
+            raise WebSocketDisconnect(self.peer_code)
+        self.receiving = True
+        try:
+            if self._pending is not None:
+                message = await self._pending
+                self._pending = None
+            else:
+                message = await self._receive()
+        finally:
+            self.receiving = False
+        if message["type"] != "websocket.receive":
+            self._peer_closed(message)
+            raise WebSocketDisconnect(self.peer_code)
+        self._metrics.socket_messages_in += 1
+        text = message.get("text")
+        return text if text is not None else (message.get("bytes") or b"")
+
+    def start_watching(self) -> None:
+        self._timer = self._loop.call_later(_WATCH_AFTER_SEC, self._tick)
+
+    def _tick(self) -> None:
+        # One timer per socket rather than one per message: a handler that has not come back to
+        # receive since the last tick is busy elsewhere, and its client is watched for.
+        self._timer = self._loop.call_later(_WATCH_AFTER_SEC, self._tick)
+        busy = self._received == self._received_at_tick
+        self._received_at_tick = self._received
+        if not busy or self.receiving or self._pending is not None or self.closed:
+            return
+        self._pending = asyncio.ensure_future(self._receive())
+        self._pending.add_done_callback(self._watched)
+
+    def _watched(self, pending: asyncio.Future[Any]) -> None:
+        if pending.cancelled() or pending.exception() is not None:
+            return
+        message = pending.result()
+        if message["type"] == "websocket.receive":
+            return  # kept for the next receive
+        self._peer_closed(message)
+        if not self.receiving and self.handler is not None:
+            self.handler.cancel()  # busy elsewhere (a dependency): the client is gone, so stop
+
+    def _peer_closed(self, message: Mapping[str, Any]) -> None:
+        self.closed = True
+        self.peer_code = int(message.get("code", 1005))
+
+    def stop_watching(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._pending is not None and not self._pending.done():
+            self._pending.cancel()
+
+    async def send(self, message: Message) -> None:
+        if self.closed:
+            raise WebSocketDisconnect(self.peer_code, "the socket is closed")
+        if self._tagged:
+            message = tag(message)
+        event = (
+            {"type": "websocket.send", "text": message}
+            if isinstance(message, str)
+            else {"type": "websocket.send", "bytes": message}
+        )
+        try:
+            await self._send(event)
+        except OSError:  # uvicorn's ClientDisconnected: the client left meanwhile
+            self.closed = True
+            raise WebSocketDisconnect(1006, "the client went away") from None
+        self._metrics.socket_messages_out += 1
+
+    async def close(self, code: int = CLOSE_NORMAL, reason: str | None = None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(OSError):
+            await self._send({"type": "websocket.close", "code": code, "reason": reason or ""})
+
+    async def report(self, detail: ErrorDetail, reason: str) -> None:
+        """End the conversation with a failure: its detail (under the subprotocol), then 1011."""
+        if self.closed:
+            return
+        if self._tagged:
+            with contextlib.suppress(OSError):
+                await self._send({"type": "websocket.send", "text": error_message(detail)})
+        await self.close(CLOSE_INTERNAL_ERROR, reason)
+
+
+class Conversations:
+    """The open conversations of one chainlet process, so that a drain can close them."""
+
+    def __init__(self) -> None:
+        self._open: dict[ServerSocket, asyncio.Task[Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def add(self, socket: ServerSocket, task: asyncio.Task[Any]) -> None:
+        self._open[socket] = task
+
+    def remove(self, socket: ServerSocket) -> None:
+        self._open.pop(socket, None)
+
+    async def close_all(self, code: int = CLOSE_GOING_AWAY) -> None:
+        """Close every open socket (1001: the server is going away) and stop its ``run_remote``."""
+        for socket, task in list(self._open.items()):
+            await socket.close(code, "the chainlet is shutting down")
+            task.cancel()
+
+
+async def serve_websocket(app: ChainletApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Serve one WebSocket conversation on ``app``'s chainlet (see the module docstring)."""
+    if (await receive())["type"] != "websocket.connect":
+        return
+    headers = header_map(scope)
+    call = CallContext.from_headers(headers)
+    rid = [(REQUEST_ID_HEADER.encode(), call.request_id.encode())]
+    if scope.get("path") != "/run_remote":
+        await _deny(scope, send, 404, f"no WebSocket at {scope.get('path')}; use /run_remote", rid)
+        return
+    if not app.spec.endpoint.output_kind.is_socket:
+        await _deny(
+            scope, send, 405, f"{app.spec.name} is not a WebSocket endpoint; use POST /run_remote", rid
+        )
+        return
+    refusal = app.authorize(headers)
+    if refusal is not None:
+        await _deny(scope, send, 401, refusal, rid)
+        return
+    if app.instance is None or app.draining:
+        await _deny(scope, send, 503, "not ready yet" if app.instance is None else "shutting down", rid)
+        return
+    if not await app.try_take_slot():
+        await _deny(scope, send, 503, "over capacity: every conversation slot is taken", rid)
+        return
+    metrics = app.metrics
+    metrics.in_flight += 1
+    metrics.sockets_open += 1
+    try:
+        tagged = SUBPROTOCOL in scope.get("subprotocols", ())
+        accept: dict[str, Any] = {"type": "websocket.accept", "headers": rid}
+        if tagged:
+            accept["subprotocol"] = SUBPROTOCOL
+        await send(accept)
+        socket = ServerSocket(receive, send, headers, metrics, tagged)
+        with serving_call(call):
+            await _converse(app, socket, call)
+    finally:
+        metrics.sockets_open -= 1
+        metrics.in_flight -= 1
+        app.release_slot()
+
+
+async def _converse(app: ChainletApp, socket: ServerSocket, call: CallContext) -> None:
+    instance: Any = app.instance
+    handler = socket.handler = asyncio.ensure_future(_bounded(instance.run_remote(socket), call))
+    socket.start_watching()
+    app.conversations.add(socket, handler)
+    try:
+        await handler
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # this task's own cancellation, not the handler's (stopped as the client left)
+    except WebSocketDisconnect:
+        pass  # run_remote did not catch the client's leaving: nothing to report to anyone
+    except Exception as exc:
+        logger.error(
+            "run_remote raised %s in a WebSocket conversation (request id %s)",
+            type(exc).__name__,
+            call.request_id,
+            exc_info=exc,
+        )
+        detail = ErrorDetail.from_exception(exc, app.spec.name)
+        origin = detail
+        while origin.cause is not None:  # the reason names where the failure began
+            origin = origin.cause
+        reason = close_reason(origin.chainlet or app.spec.name, origin.exc_type, call.request_id)
+        if app.public_errors:
+            detail = detail.public(call.request_id)
+        await socket.report(detail, reason)
+    else:
+        await socket.close(CLOSE_NORMAL)
+    finally:
+        app.conversations.remove(socket)
+        handler.cancel()
+        socket.stop_watching()
+
+
+async def _bounded(conversation: Any, call: CallContext) -> None:
+    remaining = call.remaining()
+    if remaining is None:
+        await conversation
+        return
+    try:
+        async with asyncio.timeout(remaining):
+            await conversation
+    except TimeoutError:
+        raise DeadlineExceeded("the conversation went on past the caller's deadline") from None
+
+
+async def _deny(scope: Scope, send: Send, status: int, detail: str, rid: list[tuple[bytes, bytes]]) -> None:
+    """Refuse the upgrade with an HTTP answer (a bare 403 where the server cannot send one)."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008, "reason": detail[:120]})
+        return
+    body = json.dumps({"detail": detail}).encode()
+    extra = [(b"retry-after", b"1")] if status == 503 else []
+    await send(
+        {
+            "type": "websocket.http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *extra,
+                *rid,
+            ],
+        }
+    )
+    await send({"type": "websocket.http.response.body", "body": body})
