@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from chains.sse import SSE
+from chains.streaming import SSE
 from tests.swarm.conftest import ROOT, Cli, Swarm, remove_stack
 
 STREAMING = ROOT / "examples" / "streaming" / "chain.py"
