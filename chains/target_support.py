@@ -65,8 +65,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "DockerImage(data_dir=...)",
         lambda c: bool(c.docker_image.data_dir),
-        frozenset(),
-        "not copied yet; read the folder by its path, or pass run_local(data_dir=...)",
+        frozenset({"local", "ray", *IMAGE_TARGETS}),
+        "not copied; read the folder by its path",
     ),
     Setting(
         "DockerImage(external_package_dirs=...)",

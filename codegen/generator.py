@@ -14,7 +14,7 @@ import keyword
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
@@ -200,6 +200,7 @@ class _SourceTree:
 class _Rendered:
     files: dict[str, str]  # relative path -> text, chainlet.json included
     code_version: str
+    data: list[tuple[str, Path]] = field(default_factory=list)  # copied to data/: (relative path, file)
 
 
 def _render_chainlet(
@@ -230,11 +231,16 @@ def _render_chainlet(
             base_image=spec.remote_config.docker_image.base_image_reference or base_image,
             apt_requirements=spec.remote_config.docker_image.apt_requirements,
             build_commands=spec.remote_config.build_commands,
+            has_data=bool(spec.remote_config.docker_image.data_dir),
         ),
         "ruff.toml": env.get_template("ruff.toml.jinja").render(
             header=head, first_party=sorted(used_first_party)
         ),
     }
+    data = _data_files(spec, source)
+    if data:
+        # The data's content goes into the code version through this manifest of its digests.
+        files["data.json"] = json.dumps({rel: file_digest(path) for rel, path in data}, indent=2) + "\n"
     version = code_version(chain, spec, files, head, src.paths, src.digests)
     descriptor = chainlet_descriptor(
         chain,
@@ -244,7 +250,7 @@ def _render_chainlet(
         chain_file=chain_file,
     )
     files[DESCRIPTOR] = descriptor_text(descriptor)
-    return _Rendered(files, version)
+    return _Rendered(files, version, data)
 
 
 def _render_stubs(
@@ -308,6 +314,8 @@ def _render_server(
     for dep, stub in zip(_unique_dependencies(spec), stubs, strict=True):
         imports.add_from(f"{STUBS_PACKAGE}.{stub.module}", stub.class_name)
         by_name[dep] = stub.class_name
+    # DockerImage(data_dir=...) is copied to data/ beside this server (see _data_files).
+    data_arg = ['    data_dir=_HERE / "data",'] if spec.remote_config.docker_image.data_dir else []
     if spec.dependencies:
         app_lines = [
             "app = create_app(",
@@ -315,8 +323,11 @@ def _render_server(
             "    stubs={",
             *(f"        {json.dumps(d.param)}: {by_name[d.name]}," for d in spec.dependencies),
             "    },",
+            *data_arg,
             ")",
         ]
+    elif data_arg:
+        app_lines = ["app = create_app(", f"    {chainlet_ref},", *data_arg, ")"]
     else:
         app_lines = bracketed("app = create_app(", [chainlet_ref], ")", indent="")
     text = env.get_template("server.py.jinja").render(
@@ -359,6 +370,21 @@ def _render_requirements(env: jinja2.Environment, spec: ChainletSpec, source: _C
     )
 
 
+def _data_files(spec: ChainletSpec, source: _ChainSource) -> list[tuple[str, Path]]:
+    """The files of ``DockerImage(data_dir=...)``, relative to it; the path is relative to the
+    chain file's folder unless absolute (``chains.make_abs_path_here`` makes one)."""
+    given = spec.remote_config.docker_image.data_dir
+    if not given:
+        return []
+    folder = Path(given) if Path(given).is_absolute() else source.file.parent / given
+    if not folder.is_dir():
+        raise ChainsUsageError(
+            f"chainlet {spec.name}: DockerImage(data_dir={given!r}) is not a folder; the path is relative to "
+            "the chain file's folder, or absolute (chains.make_abs_path_here)"
+        )
+    return sorted((path.relative_to(folder).as_posix(), path) for path in folder.rglob("*") if path.is_file())
+
+
 def _replace_directory(directory: Path, rendered: _Rendered, src: _SourceTree) -> None:
     """Write the chainlet's files to a staging directory, then swap it in for the old one."""
     _check_replaceable(directory)
@@ -374,6 +400,10 @@ def _replace_directory(directory: Path, rendered: _Rendered, src: _SourceTree) -
         path.write_text(text, encoding="utf-8", newline="\n")
     for rel, file in src.files:
         target = staging / "src" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, target)
+    for rel, file in rendered.data:
+        target = staging / "data" / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(file, target)
     if directory.exists():

@@ -10,6 +10,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -37,6 +38,7 @@ def create_app(
     chainlet: type[ChainletBase],
     stubs: Mapping[str, type[StubBase]] | None = None,
     settings: ServerSettings | None = None,
+    data_dir: Path | None = None,
 ) -> ChainletApp:
     """The ASGI app serving ``chainlet``; ``stubs`` maps each dependency parameter to its stub class.
 
@@ -81,7 +83,8 @@ def create_app(
             kwargs[spec.context_param] = DeploymentContext(
                 secrets=Secrets(settings.secrets, spec.remote_config.assets.secret_keys, spec.name),
                 chainlet_to_service=services,
-                data_dir=settings.data_dir,
+                # CHAINS_DATA_DIR wins; else the DockerImage(data_dir=...) copy beside the server.
+                data_dir=settings.data_dir or data_dir,
                 environment=settings.environment,
                 metrics=metrics,
             )
