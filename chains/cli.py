@@ -22,6 +22,9 @@ __all__ = ["main"]
 
 T = TypeVar("T")
 
+# Long enough for a model's answer, short enough that a chain that cannot answer is said.
+DEFAULT_CALL_TIMEOUT_SEC = 120.0
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="chains")
@@ -351,7 +354,7 @@ def status(name: str | None, as_json: bool) -> None:
                 click.echo(f"{chain_name}  unreadable  ({exc}); `chains stop {chain_name}` cleans up")
                 continue
             ready = sum(p.state == "ready" for p in state.processes)
-            health = "running" if state.alive else "stale (supervisor gone)"
+            health = _health(state) if state.alive else "stale (supervisor gone)"
             click.echo(
                 f"{state.chain}  {health}  {ready}/{len(state.processes)} ready  {state.entrypoint_url}"
             )
@@ -364,6 +367,15 @@ def status(name: str | None, as_json: bool) -> None:
         click.echo(
             f"chain {name!r} is stale: its supervisor is gone and its processes are not supervised; "
             f"run `chains stop {name}` to clean up, or push it again",
+            err=True,
+        )
+    failed = _failed_chainlets(state)
+    if failed and state.alive:
+        click.echo(
+            f"chain {name!r} is degraded: {', '.join(failed)} failed for good and "
+            f"{'is' if len(failed) == 1 else 'are'} not running; bring "
+            f"{'it' if len(failed) == 1 else 'them'} back with `chains restart {name}"
+            f"{' ' + failed[0] if len(failed) == 1 else ''}`",
             err=True,
         )
     rows: list[tuple[str, ...]] = [("CHAINLET", "URL", "PID", "STATE", "RESTARTS", "UPTIME")]
@@ -403,6 +415,42 @@ def _batching(url: str) -> str | None:
     return batching_summary(response.text) if response.status_code == 200 else None
 
 
+def _failed_chainlets(state: Any) -> list[str]:
+    """The chainlets of ``state`` with a replica that failed for good."""
+    return sorted({p.chainlet for p in state.processes if p.state == "failed"})
+
+
+def _health(state: Any) -> str:
+    failed = _failed_chainlets(state)
+    return f"degraded ({', '.join(failed)} failed)" if failed else "running"
+
+
+@main.command()
+@click.argument("name")
+@click.argument("chainlet", required=False)
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for readiness.")
+def restart(name: str, chainlet: str | None, timeout: float) -> None:
+    """Restart chain NAME's CHAINLET (or every chainlet) without a re-push.
+
+    A chainlet that failed for good starts afresh; one that runs gets new processes, swapped
+    in once they are ready, so calls keep being answered.
+
+    \b
+    Examples:
+      chains restart mychain Formatter
+      chains restart mychain
+    """
+    from chains.deploy import find_state, restart_chain
+
+    state = _guarded(lambda: find_state(name))
+    if chainlet is not None and chainlet not in state.chainlet_names():
+        _fail(
+            f"error: chain {name!r} has no chainlet {chainlet!r}; it has: {', '.join(state.chainlet_names())}"
+        )
+    restarted = _guarded(lambda: restart_chain(state, chainlet, timeout))
+    click.echo(f"restarted {', '.join(restarted)} of chain {name!r}; all ready")
+
+
 @main.command()
 @click.argument("name")
 @click.argument("chainlet", required=False)
@@ -438,7 +486,13 @@ def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
     "--file", "args_file", type=click.Path(dir_okay=False), help="A file holding the JSON arguments."
 )
 @click.option("--api-key", envvar="CHAINS_API_KEY", help="The entrypoint's API key, if it has one.")
-@click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=DEFAULT_CALL_TIMEOUT_SEC,
+    show_default=True,
+    help="Give up when the chain is silent this many seconds (a stream: between items).",
+)
 def call(
     name: str, json_args: str | None, args_file: str | None, api_key: str | None, timeout: float | None
 ) -> None:
@@ -469,7 +523,9 @@ def call(
             return
         asyncio.run(call_entrypoint(state.entrypoint_url, arguments, kind, api_key=api_key, timeout=timeout))
     except CallFailed as exc:
-        _fail(f"error: {exc}")
+        failed = _failed_chainlets(_guarded(lambda: find_state(name)))
+        hint = f"\n{', '.join(failed)} failed for good: `chains restart {name}`" if failed else ""
+        _fail(f"error: {exc}{hint}")
 
 
 @main.command()
