@@ -523,9 +523,12 @@ def call(
             return
         asyncio.run(call_entrypoint(state.entrypoint_url, arguments, kind, api_key=api_key, timeout=timeout))
     except CallFailed as exc:
+        from chains.source_map import to_user_files
+
         failed = _failed_chainlets(_guarded(lambda: find_state(name)))
         hint = f"\n{', '.join(failed)} failed for good: `chains restart {name}`" if failed else ""
-        _fail(f"error: {exc}{hint}")
+        text = to_user_files(str(exc), Path(state.source).parent) if state.source else str(exc)
+        _fail(f"error: {text}{hint}")
 
 
 @main.command()

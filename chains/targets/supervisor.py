@@ -286,12 +286,12 @@ class Supervisor:
             self._refuse_while_down(replica)
         if not replica.ever_ready:
             # It never started: restarting would fail the same way.
-            self._give_up(replica, refused, f"exited with code {code} before it was ready; giving up")
+            self._give_up(replica, refused, f"exited with code {code} before it was ready")
             return
         replica.restart_times = [t for t in replica.restart_times if now - t < RESTART_WINDOW_SEC]
         if len(replica.restart_times) >= MAX_RESTARTS_IN_WINDOW:
             count = len(replica.restart_times) + 1
-            self._give_up(replica, refused, f"crashed {count} times within a minute; giving up")
+            self._give_up(replica, refused, f"crashed {count} times within a minute")
             return
         delay = 0.0 if not replica.restart_times else min(0.25 * 2 ** len(replica.restart_times), 5.0)
         replica.restart_times.append(now)
@@ -312,7 +312,8 @@ class Supervisor:
         replica.record.state = "failed"
         if not refused:
             self._refuse_while_down(replica)
-        self._log(replica, f"{message} (`chains restart {self.deployment.chain} {replica.spec.name}`)")
+        again = f"chains restart {self.deployment.chain} {replica.spec.name}"
+        self._log(replica, f"{message}; giving up (`{again}` starts it again)")
         self.write_state()
 
     async def restart(self, chainlet: str | None, timeout: float) -> list[str]:

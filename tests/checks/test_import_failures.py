@@ -25,7 +25,8 @@ def _failure(path: Path) -> str:
 
 
 def test_a_syntax_error_leads_with_the_users_line_and_no_loader_frame(tmp_path: Path) -> None:
-    path = _write(tmp_path, "import chains\n\nclass A(chains.ChainletBase):\n    def run_remote(self) -> str\n")
+    source = "import chains\n\nclass A(chains.ChainletBase):\n    def run_remote(self) -> str\n"
+    path = _write(tmp_path, source)
     text = _failure(path)
     first = text.splitlines()[0]
     assert first.startswith(f"{path}, line 4: SyntaxError:")
