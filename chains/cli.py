@@ -461,7 +461,13 @@ def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
     from chains.deploy import find_state
     from chains.targets import running_target
 
-    state = _guarded(lambda: find_state(name))
+    try:
+        state = find_state(name)
+    except ChainsUsageError:
+        _stopped_logs(name, chainlet, lines)
+        return
+    except ChainsError as exc:
+        _fail(f"error: {exc}")
     if chainlet is not None and chainlet not in state.chainlet_names():
         _fail(
             f"error: chain {name!r} has no chainlet {chainlet!r}; it has: {', '.join(state.chainlet_names())}"
@@ -477,6 +483,21 @@ def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
         _fail(f"error: {exc}")
     if not printed:
         click.echo(f"(no log lines yet for chain {name!r})", err=True)
+
+
+def _stopped_logs(name: str, chainlet: str | None, lines: int) -> None:
+    """The logs a stopped chain left behind, said to be a stopped chain's."""
+    from chains.targets.local import follow_files
+    from chains.targets.state import chain_dir, iter_logs
+
+    paths = _guarded(lambda: list(iter_logs(name)))
+    if chainlet is not None:
+        paths = [p for p in paths if p.stem == chainlet or p.stem.startswith(f"{chainlet}-")]
+    if not paths:
+        _fail(f"error: no chain named {name!r} is running, and none left logs in {chain_dir(name).parent}")
+    click.echo(f"chain {name!r} is not running; its last logs ({paths[0].parent}):", err=True)
+    for line in follow_files(paths, lines, follow=False):
+        click.echo(line)
 
 
 @main.command()
