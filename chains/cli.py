@@ -27,7 +27,7 @@ DEFAULT_CALL_TIMEOUT_SEC = 120.0
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="chains")
+@click.version_option(package_name="chains-sdk")
 def main() -> None:
     """Build, check and run chains of typed, streaming Python services."""
 
@@ -315,7 +315,8 @@ def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
     )
     return (
         f"chain {state.chain!r} is running (target {state.target})\n{table}\n"
-        f"entrypoint: {state.entrypoint_url}\ntry: {curl}\n"
+        f"entrypoint: {state.entrypoint_url}  (its API, with a form to try it: {state.entrypoint_url}/docs)\n"
+        f"try: {curl}\n"
         f"stop it with: chains stop {state.chain}"
     )
 
