@@ -346,7 +346,13 @@ def status(name: str | None, as_json: bool) -> None:
     if name is None:
         names = list_chains()
         if not names:
-            click.echo("no chains are running here; start one with `chains push FILE`")
+            from chains.targets.state import chains_home
+
+            click.echo(
+                f"no chains are running in {chains_home()}; start one with `chains push FILE` "
+                f"(chains keep their state in the folder they were pushed from: run this there, or "
+                f"set CHAINS_HOME to that folder's .chains)"
+            )
             return
         for chain_name in names:
             try:
