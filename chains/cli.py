@@ -273,21 +273,69 @@ def push(
         else:
             click.echo(f"dry run: generated chain {chain.name!r} into {out} (nothing started)")
         return
+    previous = _running_state(chain.name)
     handle = _guarded(lambda: push_chain(chain, Path(file), target, options))
+    replaced = _replacement(previous, handle.state) if previous is not None else None
     if as_json:
         payload = {
             "name": handle.name,
             "target": handle.target,
             "entrypoint_url": handle.entrypoint_url,
             "chainlets": handle.chainlets,
+            "replaced": replaced,
         }
         click.echo(json.dumps(payload))
     else:
+        if replaced is not None:
+            click.echo(_describe_replacement(chain.name, replaced))
         click.echo(_push_table(chain, handle.state, with_key=bool(api_key)))
     if watch:
         from chains.watch import watch as run_watch
 
         _guarded(lambda: run_watch(Path(file), chain, entrypoint=entrypoint))
+
+
+def _running_state(name: str) -> Any:
+    """The state of chain ``name`` if it runs now (what a push of that name replaces)."""
+    from chains.deploy import find_state
+
+    try:
+        state = find_state(name)
+        return state if state.alive else None
+    except ChainsError:
+        return None
+
+
+def _replacement(previous: Any, current: Any) -> dict[str, Any]:
+    """What a push replaced: the deployment, its source, and which chainlets changed."""
+    before = {p.chainlet: p.code_version for p in previous.processes}
+    after = {p.chainlet: p.code_version for p in current.processes}
+    return {
+        "deployment": previous.deployment,
+        "source": previous.source,
+        "same_source": Path(previous.source).resolve() == Path(current.source).resolve(),
+        "changed": sorted(n for n in after if n in before and before[n] != after[n]),
+        "added": sorted(n for n in after if n not in before),
+        "removed": sorted(n for n in before if n not in after),
+        "unchanged": sorted(n for n in after if before.get(n) == after[n]),
+    }
+
+
+def _describe_replacement(name: str, replaced: dict[str, Any]) -> str:
+    if not replaced["same_source"]:
+        head = f"replaced the running chain {name!r}, which was pushed from {replaced['source']}"
+    else:
+        head = f"replaced the running chain {name!r}"
+    parts = [
+        f"{what}: {', '.join(replaced[key])}"
+        for key, what in (("changed", "code changed"), ("added", "new"), ("removed", "gone"))
+        if replaced[key]
+    ]
+    if not parts:
+        parts = ["no chainlet's code changed"]
+    elif replaced["unchanged"]:
+        parts.append(f"unchanged: {', '.join(replaced['unchanged'])}")
+    return f"{head} ({'; '.join(parts)})"
 
 
 def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
