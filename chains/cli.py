@@ -26,10 +26,51 @@ T = TypeVar("T")
 DEFAULT_CALL_TIMEOUT_SEC = 120.0
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """Lists every command with its whole first sentence: click would cut it at the width of
+    the terminal, mid-phrase."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=200)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="chains-sdk")
 def main() -> None:
-    """Build, check and run chains of typed, streaming Python services."""
+    """Build, check and run chains of typed, streaming Python services.
+
+    \b
+    Examples:
+      chains init my-chain && cd my-chain
+      chains check chain.py
+      chains push chain.py
+      chains call my-chain --json '{"text": "hello"}'
+    """
+
+
+@main.command()
+@click.argument("name")
+def init(name: str) -> None:
+    """Create folder NAME with a chain to start from: a streaming entrypoint, a dependency,
+    a pytest test that runs it with run_local, and a .chainsignore.
+
+    \b
+    Examples:
+      chains init my-chain
+      cd my-chain && pytest && chains push chain.py
+    """
+    from chains.scaffold import FILES, scaffold
+
+    folder = _guarded(lambda: scaffold(name, Path(".")))
+    click.echo(f"created {folder}/ with {', '.join(FILES)}")
+    click.echo(f"next: cd {shlex.quote(str(folder))} && pytest && chains push chain.py")
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -65,7 +106,13 @@ def _report(exc: ChainsUsageError) -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
 def check(file: str, entrypoint: str | None) -> None:
-    """Check the chain in FILE and list every problem found, or summarise it."""
+    """Check the chain in FILE and list every problem found, or summarise it.
+
+    \b
+    Examples:
+      chains check chain.py
+      chains check chain.py --entrypoint Entry
+    """
     from chains.target_support import ignored_settings
 
     chain = _guarded(lambda: load_chain(file, entrypoint))
@@ -136,7 +183,13 @@ def summary(chain: Chain, file: str) -> str:
 def generate(
     file: str, entrypoint: str | None, out_dir: str, k8s: bool, registry: str | None, base_image: str | None
 ) -> None:
-    """Generate each chainlet's server, stubs, descriptor and Dockerfile into --out."""
+    """Generate each chainlet's server, stubs, descriptor and Dockerfile into --out.
+
+    \b
+    Examples:
+      chains generate chain.py --out build
+      chains generate chain.py --out build --k8s --registry ghcr.io/me
+    """
     from codegen import DEFAULT_BASE_IMAGE
     from codegen import generate as run_generator
 
@@ -171,7 +224,13 @@ def _pairs(option: str, metavar: str, pairs: tuple[str, ...]) -> dict[str, str]:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
 @click.option("--name", metavar="NAME", help="The chain's name (default: from mark_entrypoint or the class).")
-@click.option("--target", type=click.Choice(list(TARGETS)), default="local", show_default=True)
+@click.option(
+    "--target",
+    type=click.Choice(list(TARGETS)),
+    default="local",
+    show_default=True,
+    help="Where it runs: local processes, docker containers, or files for another system.",
+)
 @click.option("--port", type=int, help="The entrypoint's port on 127.0.0.1 (default: any free one).")
 @click.option("--secret", "secret_pairs", multiple=True, metavar="KEY=VALUE", help="A secret; repeatable.")
 @click.option("--secrets-file", type=click.Path(dir_okay=False), help="Secrets in dotenv format.")
@@ -222,7 +281,14 @@ def push(
     as_json: bool,
     timeout: float,
 ) -> None:
-    """Check, generate and start the chain in FILE; print its URL and a curl line."""
+    """Check, generate and start the chain in FILE; print its URL and a curl line.
+
+    \b
+    Examples:
+      chains push chain.py
+      chains push chain.py --watch --port 8000
+      chains push chain.py --target docker --secret hf_token=...
+    """
     from chains.deploy import collect_secrets, push_chain
     from chains.origins import check_origin
     from chains.target_support import ignored_settings
@@ -387,7 +453,13 @@ def _uptime(started_at: float) -> str:
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 def status(name: str | None, as_json: bool) -> None:
-    """Show every chain, or one chain's chainlets with their state, restarts and uptime."""
+    """Show every chain, or one chain's chainlets with their state, restarts and uptime.
+
+    \b
+    Examples:
+      chains status
+      chains status my-chain --json
+    """
     from chains.deploy import find_state
     from chains.targets.state import list_chains, same_process
 
@@ -512,7 +584,13 @@ def restart(name: str, chainlet: str | None, timeout: float) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("-n", "--lines", type=int, default=100, show_default=True, help="Lines to show per log.")
 def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
-    """Print the logs of a chain's chainlets (all, or one)."""
+    """Print the logs of a chain's chainlets (all, or one); a stopped chain's too.
+
+    \b
+    Examples:
+      chains logs my-chain
+      chains logs my-chain Entry -f
+    """
     from chains.deploy import find_state
     from chains.targets import running_target
 
@@ -575,7 +653,13 @@ def call(
     """Call chain NAME's entrypoint and print the answer; streams print as they arrive.
 
     A WebSocket entrypoint gets each line of stdin as a message; its replies print as they
-    arrive."""
+    arrive.
+
+    \b
+    Examples:
+      chains call my-chain --json '{"text": "hello"}'
+      chains call my-chain --file args.json --timeout 600
+    """
     from chains.client import CallFailed, call_entrypoint, converse_with_entrypoint
     from chains.deploy import find_state
     from chains.streaming import kind_named
@@ -661,7 +745,13 @@ def trace(name: str, request_id: str | None, limit: int, as_json: bool) -> None:
     help="Seconds to drain before killing (default: the chainlets' own drain period and 5 s).",
 )
 def stop(name: str, grace: float | None) -> None:
-    """Stop chain NAME: drain its chainlets, then stop them; nothing is left running."""
+    """Stop chain NAME: drain its chainlets, then stop them; nothing is left running.
+
+    \b
+    Examples:
+      chains stop my-chain
+      chains stop my-chain --grace 60
+    """
     from chains.deploy import stop_chain
 
     stopped = _guarded(lambda: stop_chain(name, grace))
