@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Cause", "condense", "find_cause", "to_user_files"]
+__all__ = ["Cause", "condense", "drop_cancellations", "find_cause", "to_user_files"]
 
 # `File "<anything>/generated/<Chainlet>/src/<path in the chain's folder>"`
 _GENERATED_FRAME = re.compile(r'File "[^"\n]*?/generated/[^/"\n]+/src/([^"\n]+)"')
@@ -66,10 +66,38 @@ def find_cause(lines: Iterable[str]) -> Cause | None:
             continue
         if line[:1].isspace() or not line:
             continue  # a frame's source line, or a caret
-        if _EXCEPTION.match(line):
+        if _EXCEPTION.match(line) and not _is_cancellation(line):
             cause = Cause(line.strip(), where)
         in_traceback = False
     return cause
+
+
+def _is_cancellation(line: str) -> bool:
+    return line.split(":", 1)[0].rsplit(".", 1)[-1] in ("CancelledError", "KeyboardInterrupt")
+
+
+def drop_cancellations(lines: list[str]) -> list[str]:
+    """``lines`` without the tracebacks of a cancellation (a process stopped while it was
+    still starting, by the push that gave up waiting), and the log line that introduced each:
+    they are about the stopping, not about the chainlet."""
+    out: list[str] = []
+    index = 0
+    while index < len(lines):
+        if not lines[index].startswith(_TRACEBACK):
+            out.append(lines[index])
+            index += 1
+            continue
+        end = index + 1
+        while end < len(lines) and (lines[end][:1].isspace() or not lines[end]):
+            end += 1
+        if end < len(lines) and _is_cancellation(lines[end]):
+            if out and not out[-1][:1].isspace():
+                out.pop()
+            index = end + 1
+            continue
+        out.extend(lines[index : end + 1])
+        index = end + 1
+    return out
 
 
 def condense(lines: Iterable[str]) -> list[str]:

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from chains.checks import Chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError
-from chains.source_map import condense, find_cause, to_user_files
+from chains.source_map import condense, drop_cancellations, find_cause, to_user_files
 from chains.targets import PushOptions, cors_env, running_target
 from chains.targets.state import (
     STOP_MARGIN_SEC,
@@ -353,11 +353,33 @@ class _StartFailed(ChainsRuntimeError):
         self.chainlets = chainlets
 
 
+# A push waiting this long for a chainlet says which ones it waits for, and again every so often.
+_QUIET_SEC = 3.0
+_PROGRESS_EVERY_SEC = 5.0
+
+
+def _report_waiting(state: ChainState | None, started: float) -> None:
+    waiting = sorted({p.chainlet for p in state.processes if p.state != "ready"}) if state else []
+    ready = sum(p.state == "ready" for p in state.processes) if state else 0
+    total = len(state.processes) if state else 0
+    names = ", ".join(waiting) or "every chainlet"
+    print(
+        f"waiting for {names} to finish __init__ ({time.monotonic() - started:.0f}s; {ready}/{total} ready)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def _wait_ready(deploy_dir: Path, supervisor: subprocess.Popen[bytes], timeout: float) -> ChainState:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+    next_report = started + _QUIET_SEC
     state_file = deploy_dir / "state.json"
     state: ChainState | None = None
     while time.monotonic() < deadline:
+        if time.monotonic() >= next_report:
+            _report_waiting(state, started)
+            next_report += _PROGRESS_EVERY_SEC
         if not state_file.exists() and control_socket_path(deploy_dir).exists():
             _check_supervisor_writes(deploy_dir)
         if state_file.exists():
@@ -373,7 +395,12 @@ def _wait_ready(deploy_dir: Path, supervisor: subprocess.Popen[bytes], timeout: 
             raise _StartFailed(f"the supervisor exited with code {supervisor.returncode}:\n{log}", [])
         time.sleep(0.05)
     waiting = sorted({p.chainlet for p in state.processes if p.state != "ready"}) if state else []
-    raise _StartFailed(f"chainlets not ready after {timeout:.0f}s: {', '.join(waiting) or 'all'}", waiting)
+    raise _StartFailed(
+        f"chainlets not ready after {timeout:.0f}s: {', '.join(waiting) or 'all'} (still in __init__; "
+        "if loading takes that long, push again with a longer --timeout, e.g. "
+        f"--timeout {max(timeout * 4, 300):.0f})",
+        waiting,
+    )
 
 
 def _check_supervisor_writes(deploy_dir: Path) -> None:
@@ -409,8 +436,10 @@ def _log_tails(
         with open(path, "rb") as handle:
             handle.seek(offsets.get(path.name, 0))
             text = to_user_files(handle.read().decode(errors="replace"), source_dir)
-        lines = condense(line for line in text.splitlines() if not _LIFECYCLE.search(line))
-        tail = "\n".join(lines[-_LOG_TAIL_LINES:])
+        lines = condense(
+            drop_cancellations([line for line in text.splitlines() if not _LIFECYCLE.search(line)])
+        )
+        tail = "\n".join(lines[-_LOG_TAIL_LINES:]) or "(nothing logged since it started)"
         parts[path.stem] = f"\n--- last lines of {path.name} ---\n{tail}"
     return parts
 

@@ -101,3 +101,32 @@ def test_restart_of_a_running_chain_swaps_every_chainlet(cli: Cli, tmp_path: Pat
     assert httpx.post(url + "/run_remote", json={"x": 3}, timeout=30).json() == 6
     unknown = cli.run("restart", "degrade", "Nope", check=False)
     assert unknown.returncode == 1 and "has no chainlet 'Nope'" in unknown.stderr
+
+
+def test_a_slow_start_is_reported_while_waiting_and_its_timeout_says_what_to_do(
+    cli: Cli, tmp_path: Path
+) -> None:
+    file = write_chain(
+        tmp_path / "slow",
+        """
+        import time
+
+        import chains
+
+        @chains.mark_entrypoint("degrade")
+        class Slow(chains.ChainletBase):
+            def __init__(self) -> None:
+                time.sleep(60)  # a model loading
+
+            async def run_remote(self) -> str:
+                return "x"
+        """,
+    )
+    result = cli.run("push", str(file), "--timeout", "8", check=False)
+    assert result.returncode == 1
+    assert "waiting for Slow to finish __init__ (3s; 0/1 ready)" in result.stderr
+    error = next(line for line in result.stderr.splitlines() if line.startswith("error:"))
+    assert error.startswith("error: chainlets not ready after 8s: Slow (still in __init__;")
+    assert "--timeout 300" in error
+    assert "CancelledError" not in result.stderr and "Traceback" not in result.stderr
+    assert "--- last lines of Slow.log ---" in result.stderr

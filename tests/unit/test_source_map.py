@@ -5,7 +5,7 @@ from __future__ import annotations
 import sysconfig
 from pathlib import Path
 
-from chains.source_map import Cause, condense, find_cause, to_user_files
+from chains.source_map import Cause, condense, drop_cancellations, find_cause, to_user_files
 
 OWN = Path(__file__).parents[2] / "chains"
 STDLIB = sysconfig.get_paths()["stdlib"]
@@ -54,3 +54,19 @@ def test_condense_leaves_out_the_frames_of_chains_and_python_counted() -> None:
     assert not any("server/app.py" in line or "to_thread" in line for line in lines)
     assert not any("^^^^" in line for line in lines)  # a hidden frame's caret goes with it
     assert any("models.py" in line for line in lines) and lines[-2] == "FileNotFoundError: weights.bin"
+
+
+def test_the_traceback_of_a_cancelled_start_is_left_out_and_is_no_cause() -> None:
+    lines = [
+        "10:00 INFO Slow chains.server: draining",
+        "10:00 ERROR Slow chains.server: chainlet Slow failed to start",
+        "Traceback (most recent call last):",
+        f'  File "{OWN}/server/app.py", line 112, in _build',
+        "    self.instance = await asyncio.to_thread(self._factory, self.metrics)",
+        "asyncio.exceptions.CancelledError",
+        "10:00 INFO Slow uvicorn.error: Finished",
+    ]
+    assert drop_cancellations(lines) == [lines[0], lines[-1]]
+    assert find_cause(lines) is None
+    real = ["Traceback (most recent call last):", '  File "/p/x.py", line 1, in f', "ValueError: v"]
+    assert drop_cancellations(real) == real
