@@ -13,6 +13,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from chains import terminal
 from chains.checks import Chain
 from chains.errors import ChainsError, ChainsUsageError
 from chains.loader import load_chain
@@ -74,6 +75,9 @@ def init(name: str) -> None:
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
+    # click drops the colour where standard error is not a terminal.
+    if message.startswith("error:"):
+        message = click.style("error:", fg="red", bold=True) + message[len("error:") :]
     click.echo(message, err=True)
     sys.exit(code)
 
@@ -417,10 +421,7 @@ def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
         )
         for p in state.processes
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    table = "\n".join(
-        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
+    table = terminal.table(rows, terminal=terminal.is_terminal(), state_column=3)
     example = json.dumps(example_arguments(chain.entrypoint.endpoint))
     curl = (
         f"curl -sN {state.entrypoint_url}/run_remote -H 'Content-Type: application/json' "
@@ -523,10 +524,8 @@ def status(name: str | None, as_json: bool) -> None:
     batching = [_batching(p.url) if p.state == "ready" else None for p in state.processes]
     if any(b is not None for b in batching):
         rows = [(*r, b or "-") for r, b in zip(rows, ["BATCHING", *batching], strict=True)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     click.echo(f"chain {state.chain!r} (target {state.target}, entrypoint {state.entrypoint_url})")
-    for r in rows:
-        click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    click.echo(terminal.table(rows, terminal=terminal.is_terminal(), state_column=3))
 
 
 def _batching(url: str) -> str | None:
