@@ -26,7 +26,7 @@ from chains.targets import PushOptions, running_target
 from chains.targets.state import STOP_MARGIN_SEC, ChainState, chain_dir, chain_lock, forget, read_state
 
 if TYPE_CHECKING:
-    from chains.streams import StreamTypes
+    from chains.streaming import StreamTypes
 
 __all__ = [
     "ChainHandle",
@@ -120,7 +120,7 @@ class StreamContents:
     @classmethod
     async def read(cls, types: StreamTypes[Any, Any, Any], source: AsyncIterator[bytes]) -> StreamContents:
         """Read ``source``, the framed bytes of a structured stream, to its end."""
-        from chains.streams import stream_reader
+        from chains.streaming import stream_reader
 
         reader: Any = stream_reader(types, source)
         async with reader:

@@ -80,7 +80,7 @@ class _LocalRunner:
         chain = build_chain(cls)
         specs = {spec.cls: spec for spec in chain.chainlets}
         instance = self._build(specs[cls], specs, args, kwargs)
-        if specs[cls].endpoint.output_kind == "structured":
+        if specs[cls].endpoint.output_kind.yields_frames:
             _complete_structured_stream(instance, specs[cls])
         return instance
 

@@ -633,22 +633,21 @@ class StreamAborted(Exception):
 
 
 async def _counted(source: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    count = _STREAM_COUNT.get(None)
-    if count is None:
-        async for item in source:
+    count = _STREAM_COUNT.get(None) or _StreamCount()
+    try:
+        while True:
+            try:
+                item = await anext(source)
+            except StopAsyncIteration:
+                return
+            except Exception:
+                count.failed = True
+                raise
+            count.items += 1
+            # The yield stays outside the try: what the consumer throws in is not the producer's.
             yield item
-        return
-    while True:
-        try:
-            item = await anext(source)
-        except StopAsyncIteration:
-            return
-        except Exception:
-            count.failed = True
-            raise
-        count.items += 1
-        # The yield stays outside the try: what the consumer throws in is not the producer's.
-        yield item
+    finally:
+        await source.aclose()  # type: ignore[attr-defined]
 
 
 def _log_stream_error(exc: BaseException) -> None:
