@@ -647,7 +647,7 @@ def _stopped_logs(name: str, chainlet: str | None, lines: int) -> None:
     help="Give up when the chain is silent this many seconds (a stream: between items).",
 )
 def call(
-    name: str, json_args: str | None, args_file: str | None, api_key: str | None, timeout: float | None
+    name: str, json_args: str | None, args_file: str | None, api_key: str | None, timeout: float
 ) -> None:
     """Call chain NAME's entrypoint and print the answer; streams print as they arrive.
 
