@@ -56,9 +56,7 @@ def import_chain_file(path: str | Path) -> tuple[ModuleType, list[Violation]]:
                     "acts on: install them with `pip install truss` to check and export "
                     "such a file (see docs/migrating-from-truss.md)"
                 ) from exc
-            raise ChainsUsageError(
-                f"{path}: importing the chain file failed:\n{_short_traceback(exc)}"
-            ) from exc
+            raise ChainsUsageError(_import_failure(path, file, exc)) from exc
         except Exception as exc:
             del sys.modules[module_name]
             raise ChainsUsageError(_import_failure(path, file, exc)) from exc
