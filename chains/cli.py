@@ -701,6 +701,11 @@ def trace(name: str, request_id: str | None, limit: int, as_json: bool) -> None:
     \b
     REQUEST_ID is the x-chains-request-id of a call (a unique prefix will do), or its trace id.
     Traces are kept locally by `chains push` (the local target), the last 1000 of them.
+
+    \b
+    Examples:
+      chains trace my-chain
+      chains trace my-chain 3f2a9c --json
     """
     from rich.console import Console
 

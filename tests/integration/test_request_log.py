@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import Cli, write_chain
+from tests.helpers import Cli, wait_until, write_chain
 
 SOURCE = """
 from collections.abc import AsyncIterator
@@ -77,10 +77,16 @@ def test_one_line_per_call_a_failing_stream_once_and_logs_after_stop(cli: Cli, t
         pytest.raises(httpx.HTTPError),
     ):
         response.read()
+
+    def failed() -> list[tuple[str, str]]:
+        lines = _request_lines(cli, "Entry") + _request_lines(cli, "Words")
+        return [(m.group(1), m.group(4)) for m in lines if m.group(5)]
+
+    # Each chainlet writes its line once its side of the call is over: Words may finish last.
+    wait_until(lambda: len(failed()) == 2, 30, "both request lines of the failed stream")
+    assert failed() == [("Entry", "1"), ("Words", "1")]
     logs = cli.run("logs", "logged", "--lines", "500").stdout
     assert logs.count("while streaming: ") == 2  # Words raised it; Entry passed it on
-    failed = [m for m in _request_lines(cli, "Entry") + _request_lines(cli, "Words") if m.group(5)]
-    assert [(m.group(1), m.group(4)) for m in failed] == [("Entry", "1"), ("Words", "1")]
     assert "Exception in ASGI application" not in logs
     assert f'File "{file}", line 11, in run_remote' in logs
     assert "uvicorn" not in "".join(line for line in logs.splitlines() if line.startswith("  File"))
