@@ -29,6 +29,8 @@ test: lint typecheck unit
 # generated), and stop it again.
 demo: setup
 	CHAINS=$(BIN)/chains examples/streaming/demo.sh
+	@echo
+	@echo "To use the chains command in this shell: source $(VENV)/bin/activate"
 
 clean:
 	rm -rf $(VENV) .chains .mypy_cache .pytest_cache .ruff_cache

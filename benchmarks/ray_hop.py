@@ -10,7 +10,7 @@ run unless ``RAY_ADDRESS`` names one). On each, interleaved over rounds:
 - closed-loop load from 16 connections for a few seconds: requests per second and p50.
 
 The load generator is Python (aiohttp) for both targets: wrk is kept to 127.0.0.1 by the harness,
-and Ray's proxy listens on 127.0.0.2. Run from the repository root, with ``chains[ray]``
+and Ray's proxy listens on 127.0.0.2. Run from the repository root, with ``chains-sdk[ray]``
 installed: ``.venv/bin/python -m benchmarks.ray_hop`` (about 4 minutes, most of it the cluster
 and the pushes).
 """

@@ -58,7 +58,7 @@ from chains.streaming import SSE, StreamTypes, stream_reader, stream_types, stre
 from chains.websocket.protocol import WebSocketProtocol
 
 if TYPE_CHECKING:
-    from chains.deploy import push
+    from chains.deploy import StreamContents, push
     from chains.local import run_local
     from chains.stubs import StubBase
     from chains.websocket.disconnect import WebSocketDisconnect
@@ -69,6 +69,7 @@ __version__ = "0.1.0"
 # does not pay for the deploy machinery (targets, the docker SDK), nor for the HTTP clients of
 # the stubs, unless it uses them. A chainlet server imports what it serves with directly.
 _LAZY = {
+    "StreamContents": "chains.deploy",
     "StubBase": "chains.stubs",
     "push": "chains.deploy",
     "run_local": "chains.local",
@@ -103,6 +104,7 @@ __all__ = [
     "RPCOptions",
     "RemoteConfig",
     "RemoteError",
+    "StreamContents",
     "StreamInterrupted",
     "StreamProtocolError",
     "StreamSchemaMismatch",

@@ -13,6 +13,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from chains import terminal
 from chains.checks import Chain
 from chains.errors import ChainsError, ChainsUsageError
 from chains.loader import load_chain
@@ -22,14 +23,61 @@ __all__ = ["main"]
 
 T = TypeVar("T")
 
+# Long enough for a model's answer, short enough that a chain that cannot answer is said.
+DEFAULT_CALL_TIMEOUT_SEC = 120.0
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="chains")
+
+class _Commands(click.Group):
+    """Lists every command with its whole first sentence: click would cut it at the width of
+    the terminal, mid-phrase."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=200)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="chains-sdk")
 def main() -> None:
-    """Build, check and run chains of typed, streaming Python services."""
+    """Build, check and run chains of typed, streaming Python services.
+
+    \b
+    Examples:
+      chains init my-chain && cd my-chain
+      chains check chain.py
+      chains push chain.py
+      chains call my-chain --json '{"text": "hello"}'
+    """
+
+
+@main.command()
+@click.argument("name")
+def init(name: str) -> None:
+    """Create folder NAME with a chain to start from: a streaming entrypoint, a dependency,
+    a pytest test that runs it with run_local, and a .chainsignore.
+
+    \b
+    Examples:
+      chains init my-chain
+      cd my-chain && pytest && chains push chain.py
+    """
+    from chains.scaffold import FILES, scaffold
+
+    folder = _guarded(lambda: scaffold(name, Path(".")))
+    click.echo(f"created {folder}/ with {', '.join(FILES)}")
+    click.echo(f"next: cd {shlex.quote(str(folder))} && pytest && chains push chain.py")
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
+    # click drops the colour where standard error is not a terminal.
+    if message.startswith("error:"):
+        message = click.style("error:", fg="red", bold=True) + message[len("error:") :]
     click.echo(message, err=True)
     sys.exit(code)
 
@@ -62,7 +110,13 @@ def _report(exc: ChainsUsageError) -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
 def check(file: str, entrypoint: str | None) -> None:
-    """Check the chain in FILE and list every problem found, or summarise it."""
+    """Check the chain in FILE and list every problem found, or summarise it.
+
+    \b
+    Examples:
+      chains check chain.py
+      chains check chain.py --entrypoint Entry
+    """
     from chains.target_support import ignored_settings
 
     chain = _guarded(lambda: load_chain(file, entrypoint))
@@ -133,7 +187,13 @@ def summary(chain: Chain, file: str) -> str:
 def generate(
     file: str, entrypoint: str | None, out_dir: str, k8s: bool, registry: str | None, base_image: str | None
 ) -> None:
-    """Generate each chainlet's server, stubs, descriptor and Dockerfile into --out."""
+    """Generate each chainlet's server, stubs, descriptor and Dockerfile into --out.
+
+    \b
+    Examples:
+      chains generate chain.py --out build
+      chains generate chain.py --out build --k8s --registry ghcr.io/me
+    """
     from codegen import DEFAULT_BASE_IMAGE
     from codegen import generate as run_generator
 
@@ -168,7 +228,13 @@ def _pairs(option: str, metavar: str, pairs: tuple[str, ...]) -> dict[str, str]:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
 @click.option("--name", metavar="NAME", help="The chain's name (default: from mark_entrypoint or the class).")
-@click.option("--target", type=click.Choice(list(TARGETS)), default="local", show_default=True)
+@click.option(
+    "--target",
+    type=click.Choice(list(TARGETS)),
+    default="local",
+    show_default=True,
+    help="Where it runs: local processes, docker containers, or files for another system.",
+)
 @click.option("--port", type=int, help="The entrypoint's port on 127.0.0.1 (default: any free one).")
 @click.option("--secret", "secret_pairs", multiple=True, metavar="KEY=VALUE", help="A secret; repeatable.")
 @click.option("--secrets-file", type=click.Path(dir_okay=False), help="Secrets in dotenv format.")
@@ -219,7 +285,14 @@ def push(
     as_json: bool,
     timeout: float,
 ) -> None:
-    """Check, generate and start the chain in FILE; print its URL and a curl line."""
+    """Check, generate and start the chain in FILE; print its URL and a curl line.
+
+    \b
+    Examples:
+      chains push chain.py
+      chains push chain.py --watch --port 8000
+      chains push chain.py --target docker --secret hf_token=...
+    """
     from chains.deploy import collect_secrets, push_chain
     from chains.origins import check_origin
     from chains.target_support import ignored_settings
@@ -270,21 +343,69 @@ def push(
         else:
             click.echo(f"dry run: generated chain {chain.name!r} into {out} (nothing started)")
         return
+    previous = _running_state(chain.name)
     handle = _guarded(lambda: push_chain(chain, Path(file), target, options))
+    replaced = _replacement(previous, handle.state) if previous is not None else None
     if as_json:
         payload = {
             "name": handle.name,
             "target": handle.target,
             "entrypoint_url": handle.entrypoint_url,
             "chainlets": handle.chainlets,
+            "replaced": replaced,
         }
         click.echo(json.dumps(payload))
     else:
+        if replaced is not None:
+            click.echo(_describe_replacement(chain.name, replaced))
         click.echo(_push_table(chain, handle.state, with_key=bool(api_key)))
     if watch:
         from chains.watch import watch as run_watch
 
         _guarded(lambda: run_watch(Path(file), chain, entrypoint=entrypoint))
+
+
+def _running_state(name: str) -> Any:
+    """The state of chain ``name`` if it runs now (what a push of that name replaces)."""
+    from chains.deploy import find_state
+
+    try:
+        state = find_state(name)
+        return state if state.alive else None
+    except ChainsError:
+        return None
+
+
+def _replacement(previous: Any, current: Any) -> dict[str, Any]:
+    """What a push replaced: the deployment, its source, and which chainlets changed."""
+    before = {p.chainlet: p.code_version for p in previous.processes}
+    after = {p.chainlet: p.code_version for p in current.processes}
+    return {
+        "deployment": previous.deployment,
+        "source": previous.source,
+        "same_source": Path(previous.source).resolve() == Path(current.source).resolve(),
+        "changed": sorted(n for n in after if n in before and before[n] != after[n]),
+        "added": sorted(n for n in after if n not in before),
+        "removed": sorted(n for n in before if n not in after),
+        "unchanged": sorted(n for n in after if before.get(n) == after[n]),
+    }
+
+
+def _describe_replacement(name: str, replaced: dict[str, Any]) -> str:
+    if not replaced["same_source"]:
+        head = f"replaced the running chain {name!r}, which was pushed from {replaced['source']}"
+    else:
+        head = f"replaced the running chain {name!r}"
+    parts = [
+        f"{what}: {', '.join(replaced[key])}"
+        for key, what in (("changed", "code changed"), ("added", "new"), ("removed", "gone"))
+        if replaced[key]
+    ]
+    if not parts:
+        parts = ["no chainlet's code changed"]
+    elif replaced["unchanged"]:
+        parts.append(f"unchanged: {', '.join(replaced['unchanged'])}")
+    return f"{head} ({'; '.join(parts)})"
 
 
 def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
@@ -300,10 +421,7 @@ def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
         )
         for p in state.processes
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    table = "\n".join(
-        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
+    table = terminal.table(rows, terminal=terminal.is_terminal(), state_column=3)
     example = json.dumps(example_arguments(chain.entrypoint.endpoint))
     curl = (
         f"curl -sN {state.entrypoint_url}/run_remote -H 'Content-Type: application/json' "
@@ -312,7 +430,8 @@ def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
     )
     return (
         f"chain {state.chain!r} is running (target {state.target})\n{table}\n"
-        f"entrypoint: {state.entrypoint_url}\ntry: {curl}\n"
+        f"entrypoint: {state.entrypoint_url}  (its API, with a form to try it: {state.entrypoint_url}/docs)\n"
+        f"try: {curl}\n"
         f"stop it with: chains stop {state.chain}"
     )
 
@@ -335,14 +454,26 @@ def _uptime(started_at: float) -> str:
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 def status(name: str | None, as_json: bool) -> None:
-    """Show every chain, or one chain's chainlets with their state, restarts and uptime."""
+    """Show every chain, or one chain's chainlets with their state, restarts and uptime.
+
+    \b
+    Examples:
+      chains status
+      chains status my-chain --json
+    """
     from chains.deploy import find_state
     from chains.targets.state import list_chains, same_process
 
     if name is None:
         names = list_chains()
         if not names:
-            click.echo("no chains are running here; start one with `chains push FILE`")
+            from chains.targets.state import chains_home
+
+            click.echo(
+                f"no chains are running in {chains_home()}; start one with `chains push FILE` "
+                f"(chains keep their state in the folder they were pushed from: run this there, or "
+                f"set CHAINS_HOME to that folder's .chains)"
+            )
             return
         for chain_name in names:
             try:
@@ -351,7 +482,7 @@ def status(name: str | None, as_json: bool) -> None:
                 click.echo(f"{chain_name}  unreadable  ({exc}); `chains stop {chain_name}` cleans up")
                 continue
             ready = sum(p.state == "ready" for p in state.processes)
-            health = "running" if state.alive else "stale (supervisor gone)"
+            health = _health(state) if state.alive else "stale (supervisor gone)"
             click.echo(
                 f"{state.chain}  {health}  {ready}/{len(state.processes)} ready  {state.entrypoint_url}"
             )
@@ -364,6 +495,15 @@ def status(name: str | None, as_json: bool) -> None:
         click.echo(
             f"chain {name!r} is stale: its supervisor is gone and its processes are not supervised; "
             f"run `chains stop {name}` to clean up, or push it again",
+            err=True,
+        )
+    failed = _failed_chainlets(state)
+    if failed and state.alive:
+        click.echo(
+            f"chain {name!r} is degraded: {', '.join(failed)} failed for good and "
+            f"{'is' if len(failed) == 1 else 'are'} not running; bring "
+            f"{'it' if len(failed) == 1 else 'them'} back with `chains restart {name}"
+            f"{' ' + failed[0] if len(failed) == 1 else ''}`",
             err=True,
         )
     rows: list[tuple[str, ...]] = [("CHAINLET", "URL", "PID", "STATE", "RESTARTS", "UPTIME")]
@@ -384,10 +524,8 @@ def status(name: str | None, as_json: bool) -> None:
     batching = [_batching(p.url) if p.state == "ready" else None for p in state.processes]
     if any(b is not None for b in batching):
         rows = [(*r, b or "-") for r, b in zip(rows, ["BATCHING", *batching], strict=True)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     click.echo(f"chain {state.chain!r} (target {state.target}, entrypoint {state.entrypoint_url})")
-    for r in rows:
-        click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    click.echo(terminal.table(rows, terminal=terminal.is_terminal(), state_column=3))
 
 
 def _batching(url: str) -> str | None:
@@ -403,17 +541,65 @@ def _batching(url: str) -> str | None:
     return batching_summary(response.text) if response.status_code == 200 else None
 
 
+def _failed_chainlets(state: Any) -> list[str]:
+    """The chainlets of ``state`` with a replica that failed for good."""
+    return sorted({p.chainlet for p in state.processes if p.state == "failed"})
+
+
+def _health(state: Any) -> str:
+    failed = _failed_chainlets(state)
+    return f"degraded ({', '.join(failed)} failed)" if failed else "running"
+
+
+@main.command()
+@click.argument("name")
+@click.argument("chainlet", required=False)
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for readiness.")
+def restart(name: str, chainlet: str | None, timeout: float) -> None:
+    """Restart chain NAME's CHAINLET (or every chainlet) without a re-push.
+
+    A chainlet that failed for good starts afresh; one that runs gets new processes, swapped
+    in once they are ready, so calls keep being answered.
+
+    \b
+    Examples:
+      chains restart mychain Formatter
+      chains restart mychain
+    """
+    from chains.deploy import find_state, restart_chain
+
+    state = _guarded(lambda: find_state(name))
+    if chainlet is not None and chainlet not in state.chainlet_names():
+        _fail(
+            f"error: chain {name!r} has no chainlet {chainlet!r}; it has: {', '.join(state.chainlet_names())}"
+        )
+    restarted = _guarded(lambda: restart_chain(state, chainlet, timeout))
+    click.echo(f"restarted {', '.join(restarted)} of chain {name!r}; all ready")
+
+
 @main.command()
 @click.argument("name")
 @click.argument("chainlet", required=False)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("-n", "--lines", type=int, default=100, show_default=True, help="Lines to show per log.")
 def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
-    """Print the logs of a chain's chainlets (all, or one)."""
+    """Print the logs of a chain's chainlets (all, or one); a stopped chain's too.
+
+    \b
+    Examples:
+      chains logs my-chain
+      chains logs my-chain Entry -f
+    """
     from chains.deploy import find_state
     from chains.targets import running_target
 
-    state = _guarded(lambda: find_state(name))
+    try:
+        state = find_state(name)
+    except ChainsUsageError:
+        _stopped_logs(name, chainlet, lines)
+        return
+    except ChainsError as exc:
+        _fail(f"error: {exc}")
     if chainlet is not None and chainlet not in state.chainlet_names():
         _fail(
             f"error: chain {name!r} has no chainlet {chainlet!r}; it has: {', '.join(state.chainlet_names())}"
@@ -431,6 +617,21 @@ def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
         click.echo(f"(no log lines yet for chain {name!r})", err=True)
 
 
+def _stopped_logs(name: str, chainlet: str | None, lines: int) -> None:
+    """The logs a stopped chain left behind, said to be a stopped chain's."""
+    from chains.targets.local import follow_files
+    from chains.targets.state import chain_dir, iter_logs
+
+    paths = _guarded(lambda: list(iter_logs(name)))
+    if chainlet is not None:
+        paths = [p for p in paths if p.stem == chainlet or p.stem.startswith(f"{chainlet}-")]
+    if not paths:
+        _fail(f"error: no chain named {name!r} is running, and none left logs in {chain_dir(name).parent}")
+    click.echo(f"chain {name!r} is not running; its last logs ({paths[0].parent}):", err=True)
+    for line in follow_files(paths, lines, follow=False):
+        click.echo(line)
+
+
 @main.command()
 @click.argument("name")
 @click.option("--json", "json_args", metavar="ARGS", help="The arguments as a JSON object.")
@@ -438,14 +639,26 @@ def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
     "--file", "args_file", type=click.Path(dir_okay=False), help="A file holding the JSON arguments."
 )
 @click.option("--api-key", envvar="CHAINS_API_KEY", help="The entrypoint's API key, if it has one.")
-@click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=DEFAULT_CALL_TIMEOUT_SEC,
+    show_default=True,
+    help="Give up when the chain is silent this many seconds (a stream: between items).",
+)
 def call(
-    name: str, json_args: str | None, args_file: str | None, api_key: str | None, timeout: float | None
+    name: str, json_args: str | None, args_file: str | None, api_key: str | None, timeout: float
 ) -> None:
     """Call chain NAME's entrypoint and print the answer; streams print as they arrive.
 
     A WebSocket entrypoint gets each line of stdin as a message; its replies print as they
-    arrive."""
+    arrive.
+
+    \b
+    Examples:
+      chains call my-chain --json '{"text": "hello"}'
+      chains call my-chain --file args.json --timeout 600
+    """
     from chains.client import CallFailed, call_entrypoint, converse_with_entrypoint
     from chains.deploy import find_state
     from chains.streaming import kind_named
@@ -469,7 +682,12 @@ def call(
             return
         asyncio.run(call_entrypoint(state.entrypoint_url, arguments, kind, api_key=api_key, timeout=timeout))
     except CallFailed as exc:
-        _fail(f"error: {exc}")
+        from chains.source_map import to_user_files
+
+        failed = _failed_chainlets(_guarded(lambda: find_state(name)))
+        hint = f"\n{', '.join(failed)} failed for good: `chains restart {name}`" if failed else ""
+        text = to_user_files(str(exc), Path(state.source).parent) if state.source else str(exc)
+        _fail(f"error: {text}{hint}")
 
 
 @main.command()
@@ -483,6 +701,11 @@ def trace(name: str, request_id: str | None, limit: int, as_json: bool) -> None:
     \b
     REQUEST_ID is the x-chains-request-id of a call (a unique prefix will do), or its trace id.
     Traces are kept locally by `chains push` (the local target), the last 1000 of them.
+
+    \b
+    Examples:
+      chains trace my-chain
+      chains trace my-chain 3f2a9c --json
     """
     from rich.console import Console
 
@@ -526,7 +749,13 @@ def trace(name: str, request_id: str | None, limit: int, as_json: bool) -> None:
     help="Seconds to drain before killing (default: the chainlets' own drain period and 5 s).",
 )
 def stop(name: str, grace: float | None) -> None:
-    """Stop chain NAME: drain its chainlets, then stop them; nothing is left running."""
+    """Stop chain NAME: drain its chainlets, then stop them; nothing is left running.
+
+    \b
+    Examples:
+      chains stop my-chain
+      chains stop my-chain --grace 60
+    """
     from chains.deploy import stop_chain
 
     stopped = _guarded(lambda: stop_chain(name, grace))

@@ -127,9 +127,47 @@ def encode_result(spec: EndpointSpec, value: Any, *, binary: bool = False) -> by
     """The response body for a unary result; a value of the wrong type raises ValidationError."""
     adapter = spec.output_adapter
     checked = adapter.validate_python(value)
-    if binary:
-        return _pack(adapter.dump_python(checked, mode="python", context=BINARY_CONTEXT))
-    return adapter.dump_json(checked)
+    try:
+        if binary:
+            return _pack(adapter.dump_python(checked, mode="python", context=BINARY_CONTEXT))
+        return adapter.dump_json(checked)
+    except pydantic_core.PydanticSerializationError as exc:
+        raise pydantic_core.PydanticSerializationError(_unserializable(spec, checked, exc)) from None
+
+
+def _unserializable(spec: EndpointSpec, value: Any, exc: Exception) -> str:
+    """Which part of a result could not be serialized, named for the person who returned it:
+    pydantic's own message names the type but not where the value sits."""
+    found = _first_unserializable(value, "result", depth=0)
+    where = f"{found[0]} is a {type(found[1]).__module__}.{type(found[1]).__qualname__}: " if found else ""
+    return (
+        f"{spec.chainlet}.run_remote returned a value that cannot be serialized: {where}{exc}; return "
+        "only values JSON (or MessagePack) can carry, e.g. a list instead of an array, or "
+        "declare the field with a serializable type"
+    )
+
+
+def _first_unserializable(value: Any, path: str, depth: int) -> tuple[str, Any] | None:
+    if depth > 50:
+        return None
+    children: list[tuple[str, Any]]
+    if isinstance(value, dict):
+        children = [(f"{path}[{key!r}]", item) for key, item in value.items()]
+    elif isinstance(value, list | tuple | set | frozenset):
+        children = [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+    elif isinstance(value, pydantic.BaseModel):
+        children = [(f"{path}.{name}", getattr(value, name, None)) for name in type(value).model_fields]
+    else:
+        try:
+            pydantic_core.to_json(value)
+        except pydantic_core.PydanticSerializationError:
+            return path, value
+        return None
+    for child_path, child in children:
+        found = _first_unserializable(child, child_path, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def decode_result(spec: EndpointSpec, body: bytes | str, *, binary: bool = False) -> Any:

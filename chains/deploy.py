@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chains.chainlet import ChainletBase
 from chains.checks import Chain
 from chains.endpoint import EndpointSpec
-from chains.errors import ChainsUsageError
+from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.loader import load_chain
 from chains.origins import check_origin
 from chains.server.settings import check_api_key
@@ -25,13 +25,18 @@ from chains.stubs import StubBase, StubOptions
 from chains.targets import PushOptions, running_target
 from chains.targets.state import STOP_MARGIN_SEC, ChainState, chain_dir, chain_lock, forget, read_state
 
+if TYPE_CHECKING:
+    from chains.streaming import StreamTypes
+
 __all__ = [
     "ChainHandle",
+    "StreamContents",
     "collect_secrets",
     "find_state",
     "parse_dotenv",
     "push",
     "push_chain",
+    "restart_chain",
     "stop_chain",
 ]
 
@@ -96,6 +101,35 @@ def collect_secrets(
     return needed
 
 
+@dataclass(frozen=True)
+class StreamContents:
+    """A whole structured stream, read and typed: what ``ChainHandle.call`` returns for an
+    entrypoint that streams with ``stream_types``::
+
+        with chains.push(Entry) as chain:
+            answer = chain.call(prompt="hi")
+            print(answer.header, [token.text for token in answer.items], answer.footer)
+
+    ``header`` and ``footer`` are None when the stream's types have none.
+    """
+
+    items: list[Any]
+    header: Any = None
+    footer: Any = None
+
+    @classmethod
+    async def read(cls, types: StreamTypes[Any, Any, Any], source: AsyncIterator[bytes]) -> StreamContents:
+        """Read ``source``, the framed bytes of a structured stream, to its end."""
+        from chains.streaming import stream_reader
+
+        reader: Any = stream_reader(types, source)
+        async with reader:
+            header = await reader.read_header() if types.header_type is not None else None
+            items = [item async for item in reader.read_items()]
+            footer = await reader.read_footer() if types.footer_type is not None else None
+        return cls(items, header, footer)
+
+
 @dataclass
 class ChainHandle:
     """A running chain: its URLs, a way to call it, and ``stop()``. A context manager::
@@ -125,9 +159,13 @@ class ChainHandle:
         return self._stub
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the entrypoint; a stream is collected into a list."""
+        """Call the entrypoint; a stream is collected into a list, and a structured stream
+        (``stream_types``) into a :class:`StreamContents` of typed items, header and footer."""
         client = self._client()
         try:
+            types = self.endpoint.stream_types
+            if types is not None:
+                return await StreamContents.read(types, client.stream_remote(*args, **kwargs))
             if self.endpoint.is_stream:
                 return [item async for item in client.stream_remote(*args, **kwargs)]
             return await client.call_remote(*args, **kwargs)
@@ -205,6 +243,26 @@ def stop_chain(name: str, grace: float | None = None) -> list[ChainState]:
             running_target(one.target).stop(one, wait)
         forget(name)
     return stopped
+
+
+def restart_chain(state: ChainState, chainlet: str | None, timeout: float = 60.0) -> list[str]:
+    """Restart ``chainlet`` (every chainlet when None) of a running local chain without a
+    re-push; the chainlets restarted, once ready."""
+    if state.target != "local":
+        raise ChainsUsageError(
+            f"chain {state.chain!r} runs on target {state.target!r}; `chains restart` is for the local "
+            "target: push the chain again to restart it"
+        )
+    if not state.alive:
+        raise ChainsUsageError(f"chain {state.chain!r} is stale (its supervisor is gone): push it again")
+    from chains.targets.local import control
+
+    folder = chain_dir(state.chain) / "deployments" / state.deployment
+    answer = control(folder, {"cmd": "restart", "chainlet": chainlet, "timeout": timeout}, timeout + 30)
+    if not answer.get("ok"):
+        raise ChainsRuntimeError(f"restarting chain {state.chain!r}: {answer.get('error')}")
+    restarted = answer.get("restarted")
+    return [str(n) for n in restarted] if isinstance(restarted, list) else []
 
 
 def find_state(name: str) -> ChainState:

@@ -172,11 +172,31 @@ class BuildFailed(ChainsRuntimeError):
 
     def __init__(self, chainlet: str, reason: str, tail: Sequence[str] = ()) -> None:
         lines = "\n".join(tail)
+        cause = _pip_cause(tail)
+        # pip prints the requirement it could not find last of a long log: it leads here.
+        headline = f"{cause} (pip; {reason})" if cause else reason
         super().__init__(
-            f"the image of chainlet {chainlet} did not build: {reason}"
+            f"the image of chainlet {chainlet} did not build: {headline}"
             + (f"\n--- last lines of its build ---\n{lines}" if lines else "")
         )
         self.chainlet = chainlet
+
+
+_PIP_CAUSES = (
+    re.compile(r"ERROR: (No matching distribution found for \S+)"),
+    re.compile(r"ERROR: (Could not find a version that satisfies the requirement \S+.*)"),
+    re.compile(r"ERROR: (ResolutionImpossible.*|Cannot install .+ because these package versions .+)"),
+)
+
+
+def _pip_cause(lines: Sequence[str]) -> str | None:
+    """The line of a pip log that says why pip failed, if it says so plainly."""
+    for pattern in _PIP_CAUSES:
+        for line in reversed(lines):
+            match = pattern.search(line)
+            if match is not None:
+                return match.group(1).strip()
+    return None
 
 
 class ErrorDetail(pydantic.BaseModel):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -55,21 +56,58 @@ def import_chain_file(path: str | Path) -> tuple[ModuleType, list[Violation]]:
                     "acts on: install them with `pip install truss` to check and export "
                     "such a file (see docs/migrating-from-truss.md)"
                 ) from exc
-            raise ChainsUsageError(
-                f"{path}: importing the chain file failed:\n{_short_traceback(exc)}"
-            ) from exc
+            raise ChainsUsageError(_import_failure(path, file, exc)) from exc
         except Exception as exc:
             del sys.modules[module_name]
-            raise ChainsUsageError(
-                f"{path}: importing the chain file failed:\n{_short_traceback(exc)}"
-            ) from exc
+            raise ChainsUsageError(_import_failure(path, file, exc)) from exc
     return module, found
 
 
-def _short_traceback(exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]
-    lines = traceback.format_list(frames[1:] if len(frames) > 1 else frames)
-    return "".join(lines) + "".join(traceback.format_exception_only(exc))
+_OWN_DIR = Path(__file__).resolve().parent
+
+
+def _import_failure(shown: str | Path, file: Path, exc: BaseException) -> str:
+    """What a chain file that fails to import is told: the exception and where it was raised
+    in the user's own code first, then the user's frames (the loader's and importlib's left
+    out), and for a package only a chainlet's image installs, the rule that says where to
+    import it."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if "importlib" not in f.filename and not Path(f.filename).resolve().is_relative_to(_OWN_DIR)
+    ]
+    what = "".join(traceback.format_exception_only(exc)).rstrip()
+    if isinstance(exc, SyntaxError):
+        # Its own lines already show the file, the line and a caret.
+        where = f"{shown}, line {exc.lineno}" if exc.lineno else str(shown)
+        return f"{where}: {what.splitlines()[-1]}\n{what}"
+    headline = what.splitlines()[-1] if what else type(exc).__name__
+    if frames:
+        last_frame = frames[-1]
+        headline += f" ({Path(last_frame.filename).name}, line {last_frame.lineno})"
+    text = f"{shown}: importing the chain file failed: {headline}\n"
+    text += "".join(traceback.format_list(frames)) + what
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        text += _only_in_an_image(exc.name, file)
+    return text
+
+
+def _only_in_an_image(module: str, file: Path) -> str:
+    """The rule, when ``module`` is in the requirements of chainlets of ``file``."""
+    from chains.requirements_scan import chainlets_requiring
+
+    owners = chainlets_requiring(module.partition(".")[0], file)
+    if not owners:
+        return ""
+    names = ", ".join(sorted(owners))
+    requirement = next(iter(owners.values()))
+    images = "its image has" if len(owners) == 1 else "their images have"
+    return (
+        f"\n{module} is in the requirements of chainlet {names}: only {images} it, but the chain "
+        "file's top level runs here too (`chains check`, `push` and `run_local` import it).\n"
+        f"Import {module} inside the chainlet's methods (its __init__ or run_remote), or install "
+        f"it here too: pip install {shlex.quote(requirement)}"
+    )
 
 
 def chainlets_in(module: ModuleType) -> list[type[ChainletBase]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -78,7 +79,10 @@ class _LocalRunner:
     def build(self, cls: type[ChainletBase], args: tuple[Any, ...], kwargs: dict[str, Any]) -> ChainletBase:
         chain = build_chain(cls)
         specs = {spec.cls: spec for spec in chain.chainlets}
-        return self._build(specs[cls], specs, args, kwargs)
+        instance = self._build(specs[cls], specs, args, kwargs)
+        if specs[cls].endpoint.output_kind.yields_frames:
+            _complete_structured_stream(instance, specs[cls])
+        return instance
 
     def _build(
         self,
@@ -253,3 +257,26 @@ async def _wrap_errors(
             yield value
     except Exception as exc:
         raise convert(exc) from None
+
+
+def _complete_structured_stream(instance: ChainletBase, spec: ChainletSpec) -> None:
+    """Make the ``run_remote`` of a chainlet built by the test itself yield a whole stream.
+
+    A structured stream's generator yields the writer's frames; the server appends the end
+    frame (or an error frame). Called directly, without that, ``stream_reader`` would take
+    the stream for one cut short. Wrapped here, a test reads it as a caller of the deployed
+    chain would::
+
+        with chains.run_local():
+            reader = chains.stream_reader(TYPES, Entry().run_remote("hi"))
+    """
+    method = instance.run_remote  # type: ignore[attr-defined]
+    shape = shape_of(spec.endpoint)
+
+    @functools.wraps(method)
+    async def run_remote(*args: Any, **kwargs: Any) -> AsyncIterator[bytes]:
+        framed = encode_framed(shape, method(*args, **kwargs), chainlet=spec.name)
+        async for chunk in decode_framed(shape, framed):
+            yield chunk
+
+    instance.run_remote = run_remote  # type: ignore[attr-defined]

@@ -4,7 +4,7 @@ The field holds a :class:`NumpyArrayField`, whose ``.array`` is the array. In JS
 travels as ``{"data_b64", "shape", "dtype"}`` (the same form as Truss Chains', so the two
 interoperate); over ``depends(..., use_binary=True)`` the bytes travel raw, a third smaller
 and without the base64 step. numpy is imported on first use: install it with the chainlet
-(``pip install 'chains[numpy]'`` or ``DockerImage(pip_requirements=["numpy"])``)::
+(``pip install 'chains-sdk[numpy]'`` or ``DockerImage(pip_requirements=["numpy"])``)::
 
     class Frame(pydantic.BaseModel):
         pixels: NumpyArrayField

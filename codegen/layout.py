@@ -22,7 +22,7 @@ __all__ = [
     "stub_module_name",
 ]
 
-GENERATOR_VERSION = importlib.metadata.version("chains")
+GENERATOR_VERSION = importlib.metadata.version("chains-sdk")
 
 # Not "stubs": the user's folder, copied to src/ and first on sys.path, may well have one.
 STUBS_PACKAGE = "chains_stubs"

@@ -22,7 +22,7 @@ from chains.chainlet import ChainletBase, building_with, construct
 from chains.checks import chainlet_spec
 from chains.context import DeployedServiceDescriptor, DeploymentContext, Secrets
 from chains.errors import ChainsUsageError
-from chains.server.app import ChainletApp
+from chains.server.app import ChainletApp, StreamAborted
 from chains.server.metrics import Metrics
 from chains.server.settings import SECRET_PREFIX, ServerSettings
 from chains.stubs import StubBase, StubOptions
@@ -118,14 +118,27 @@ class _RequestIdFilter(logging.Filter):
     """Puts the current call's request id on every log record, the user's own included."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        call = current_call()
-        record.request_id = call.request_id if call is not None else "-"
+        if not hasattr(record, "request_id"):  # given by the caller (the request log line)
+            call = current_call()
+            record.request_id = call.request_id if call is not None else "-"
         return True
+
+
+class _AbortedStreamFilter(logging.Filter):
+    """Drops the ASGI server's report of a stream the app cut on purpose: the app logged
+    its cause once already, with the user's frames only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], StreamAborted))
 
 
 def configure_logging(chainlet: str, level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_RequestIdFilter())
+    handler.addFilter(_AbortedStreamFilter())
+    # httpx logs every request at INFO: a sync stub's calls would drown the chainlet's own log
+    # (the request log of the callee has them, one line each).
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     handler.setFormatter(
         logging.Formatter(f"%(asctime)s %(levelname)s {chainlet} rid=%(request_id)s %(name)s: %(message)s")
     )

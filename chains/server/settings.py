@@ -118,6 +118,14 @@ def _urls(where: str, value: object) -> tuple[str, ...]:
     return tuple(url.rstrip("/") for url in value)
 
 
+def _switch(env: Mapping[str, str], name: str, *, default: bool) -> bool:
+    raw = env.get(name, "")
+    if raw.strip().lower() not in _SWITCH:
+        raise ChainsUsageError(f"{name}={raw!r} must be one of 1, true, 0, false")
+    value = _SWITCH[raw.strip().lower()]
+    return default if value is None else value
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """Everything a chainlet server needs besides the chainlet class itself."""
@@ -150,6 +158,8 @@ class ServerSettings:
     debug_errors: bool | None = None
     # The origins whose web pages may call the entrypoint (see chains/server/cors.py).
     cors: CorsPolicy = field(default_factory=lambda: CorsPolicy(()))
+    # One INFO line per call (chainlet, status, duration, stream items, request id).
+    request_log: bool = True
 
     @property
     def shows_tracebacks(self) -> bool:
@@ -218,6 +228,7 @@ class ServerSettings:
             retry_user_errors=env.get("CHAINS_RETRY_USER_ERRORS", "") in ("1", "true"),
             debug_errors=_SWITCH[debug_errors.strip().lower()],
             cors=_cors(env.get("CHAINS_CORS_ORIGINS", "")),
+            request_log=_switch(env, "CHAINS_REQUEST_LOG", default=True),
         )
 
 

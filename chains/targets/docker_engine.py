@@ -1,6 +1,6 @@
 """The container engine, as the docker target uses it: connecting, base images, builds, health.
 
-Everything goes through the Docker Engine API (the ``docker`` SDK, the ``chains[docker]``
+Everything goes through the Docker Engine API (the ``docker`` SDK, the ``chains-sdk[docker]``
 extra), so any engine that speaks it works: dockerd, Docker Desktop, Podman's socket.
 Every wait here has a deadline.
 """
@@ -44,7 +44,7 @@ def _sdk() -> Any:
         import docker
     except ImportError:
         raise ChainsUsageError(
-            "the docker target needs the docker SDK, which is not installed: pip install 'chains[docker]'"
+            "the docker target needs the docker SDK, which is not installed: pip install 'chains-sdk[docker]'"
         ) from None
     return docker
 

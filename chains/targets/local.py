@@ -6,6 +6,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -20,6 +21,7 @@ from typing import TypeVar
 
 from chains.checks import Chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.source_map import condense, drop_cancellations, find_cause, to_user_files
 from chains.targets import PushOptions, cors_env, running_target
 from chains.targets.state import (
     STOP_MARGIN_SEC,
@@ -109,7 +111,7 @@ class LocalTarget:
         deployment = Deployment(
             chain=chain.name,
             id=deploy_dir.name,
-            source=str(source_file),
+            source=str(source_file.absolute()),
             entrypoint=chain.entrypoint.name,
             entrypoint_kind=chain.entrypoint.endpoint.output_kind.name,
             entry_port=entry_port,
@@ -144,8 +146,9 @@ class LocalTarget:
             _terminate(supervisor.pid, 5.0, process_identity(supervisor.pid))
             supervisor.wait()
             if isinstance(exc, _StartFailed):
-                tails = _log_tails(logs, offsets, exc.chainlets)
-                raise ChainsRuntimeError(f"{exc}{tails}") from None
+                source_dir = Path(deployment.source).parent
+                tails = _log_tails(logs, offsets, exc.chainlets, source_dir)
+                raise ChainsRuntimeError(f"{_headline(exc, tails)}{''.join(tails.values())}") from None
             raise
         return state
 
@@ -160,7 +163,10 @@ class LocalTarget:
         paths = list(iter_logs(state.chain))
         if chainlet is not None:
             paths = [p for p in paths if p.stem == chainlet or p.stem.startswith(f"{chainlet}-")]
-        return follow_files(paths, lines, follow)
+        if not state.source:
+            return follow_files(paths, lines, follow)
+        source_dir = Path(state.source).parent
+        return (to_user_files(line, source_dir) for line in follow_files(paths, lines, follow))
 
     def stop(self, state: ChainState, grace: float) -> None:
         """Stop one deployment: its supervisor drains the chainlets; stragglers are killed.
@@ -347,11 +353,33 @@ class _StartFailed(ChainsRuntimeError):
         self.chainlets = chainlets
 
 
+# A push waiting this long for a chainlet says which ones it waits for, and again every so often.
+_QUIET_SEC = 3.0
+_PROGRESS_EVERY_SEC = 5.0
+
+
+def _report_waiting(state: ChainState | None, started: float) -> None:
+    waiting = sorted({p.chainlet for p in state.processes if p.state != "ready"}) if state else []
+    ready = sum(p.state == "ready" for p in state.processes) if state else 0
+    total = len(state.processes) if state else 0
+    names = ", ".join(waiting) or "every chainlet"
+    print(
+        f"waiting for {names} to finish __init__ ({time.monotonic() - started:.0f}s; {ready}/{total} ready)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def _wait_ready(deploy_dir: Path, supervisor: subprocess.Popen[bytes], timeout: float) -> ChainState:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+    next_report = started + _QUIET_SEC
     state_file = deploy_dir / "state.json"
     state: ChainState | None = None
     while time.monotonic() < deadline:
+        if time.monotonic() >= next_report:
+            _report_waiting(state, started)
+            next_report += _PROGRESS_EVERY_SEC
         if not state_file.exists() and control_socket_path(deploy_dir).exists():
             _check_supervisor_writes(deploy_dir)
         if state_file.exists():
@@ -367,7 +395,12 @@ def _wait_ready(deploy_dir: Path, supervisor: subprocess.Popen[bytes], timeout: 
             raise _StartFailed(f"the supervisor exited with code {supervisor.returncode}:\n{log}", [])
         time.sleep(0.05)
     waiting = sorted({p.chainlet for p in state.processes if p.state != "ready"}) if state else []
-    raise _StartFailed(f"chainlets not ready after {timeout:.0f}s: {', '.join(waiting) or 'all'}", waiting)
+    raise _StartFailed(
+        f"chainlets not ready after {timeout:.0f}s: {', '.join(waiting) or 'all'} (still in __init__; "
+        "if loading takes that long, push again with a longer --timeout, e.g. "
+        f"--timeout {max(timeout * 4, 300):.0f})",
+        waiting,
+    )
 
 
 def _check_supervisor_writes(deploy_dir: Path) -> None:
@@ -384,17 +417,42 @@ def _check_supervisor_writes(deploy_dir: Path) -> None:
         )
 
 
-def _log_tails(logs: Path, offsets: Mapping[str, int], chainlets: list[str]) -> str:
-    parts = []
+# What uvicorn says as a server that failed to start shuts down: nothing about the cause.
+_LIFECYCLE = re.compile(
+    r"uvicorn\.error: (Waiting for application (startup|shutdown)|Application (startup|shutdown) complete"
+    r"|Shutting down|Finished server process|Started server process)"
+)
+
+
+def _log_tails(
+    logs: Path, offsets: Mapping[str, int], chainlets: list[str], source_dir: Path
+) -> dict[str, str]:
+    """Each failed chainlet's log since the push began, its last lines, in the user's files,
+    without uvicorn's start and shutdown lines and the frames of chains and Python."""
+    parts = {}
     for path in sorted(logs.glob("*.log")):
         if not any(path.stem == name or path.stem.startswith(f"{name}-") for name in chainlets):
             continue
         with open(path, "rb") as handle:
             handle.seek(offsets.get(path.name, 0))
-            text = handle.read().decode(errors="replace")
-        tail = "\n".join(text.splitlines()[-_LOG_TAIL_LINES:])
-        parts.append(f"\n--- last lines of {path.name} ---\n{tail}")
-    return "".join(parts)
+            text = to_user_files(handle.read().decode(errors="replace"), source_dir)
+        lines = condense(
+            drop_cancellations([line for line in text.splitlines() if not _LIFECYCLE.search(line)])
+        )
+        tail = "\n".join(lines[-_LOG_TAIL_LINES:]) or "(nothing logged since it started)"
+        parts[path.stem] = f"\n--- last lines of {path.name} ---\n{tail}"
+    return parts
+
+
+def _headline(exc: _StartFailed, tails: Mapping[str, str]) -> str:
+    """The failure, led by the exception that caused it when one log shows one."""
+    causes = {name: find_cause(text.splitlines()) for name, text in tails.items()}
+    found = [(name, cause) for name, cause in causes.items() if cause is not None]
+    if len(found) == 1:
+        return f"{exc}: {found[0][1]}"
+    if found:
+        return f"{exc}:" + "".join(f"\n  {name}: {cause}" for name, cause in found)
+    return str(exc)
 
 
 def _terminate(pid: int, grace: float, identity: str | None) -> bool:

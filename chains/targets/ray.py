@@ -57,7 +57,7 @@ __all__ = ["RayTarget", "ReplicaInfo", "replicas"]
 _HTTP_TIMEOUT = 10.0
 _POLL_SEC = 0.5
 _RECORD = "ray.json"
-_INSTALL_HINT = "the ray target needs Ray Serve: pip install 'chains[ray]'"
+_INSTALL_HINT = "the ray target needs Ray Serve: pip install 'chains-sdk[ray]'"
 
 
 def _ray() -> tuple[Any, Any]:

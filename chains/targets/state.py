@@ -223,8 +223,8 @@ def read_state(name: str) -> ChainState:
     except FileNotFoundError:
         known = ", ".join(list_chains()) or "none"
         raise ChainsUsageError(
-            f"no chain named {name!r} in {chains_home()} (chains there: {known}); "
-            "start it with `chains push FILE`"
+            f"no chain named {name!r} in {chains_home()} (chains there: {known}); start it with "
+            "`chains push FILE`, or run this from the folder it was pushed from (or set CHAINS_HOME)"
         ) from None
     except (pydantic.ValidationError, json.JSONDecodeError) as exc:
         raise ChainsUsageError(f"the state of chain {name!r} at {path} is unreadable: {exc}") from None

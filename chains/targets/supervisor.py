@@ -4,7 +4,7 @@ It owns every chainlet's listening socket and hands it to the chainlet process, 
 restarted (or replaced) process serves the same port and calls made in between wait in the
 socket's backlog instead of being refused. It restarts crashed chainlets with backoff,
 gives up on one that keeps crashing, records what runs in ``state.json``, and takes
-commands (``replace``, ``stop``, ``state``, and ``entry_socket``, which hands the entrypoint's
+commands (``replace``, ``restart``, ``stop``, ``state``, and ``entry_socket``, which hands the entrypoint's
 listening socket to the deployment replacing this one) on a unix socket.
 
 Its chainlets die with it, even when it is killed with SIGKILL (``PR_SET_PDEATHSIG``): no
@@ -281,17 +281,17 @@ class Supervisor:
         replica.process = None
         record.pid = None
         record.last_exit = code
-        if self._others_ready(replica):
+        refused = self._others_ready(replica)
+        if refused:
             self._refuse_while_down(replica)
         if not replica.ever_ready:
-            record.state = "failed"  # it never started: restarting would fail the same way
-            self.write_state()
+            # It never started: restarting would fail the same way.
+            self._give_up(replica, refused, f"exited with code {code} before it was ready")
             return
         replica.restart_times = [t for t in replica.restart_times if now - t < RESTART_WINDOW_SEC]
         if len(replica.restart_times) >= MAX_RESTARTS_IN_WINDOW:
-            record.state = "failed"
-            self._log(replica, f"crashed {len(replica.restart_times) + 1} times within a minute; giving up")
-            self.write_state()
+            count = len(replica.restart_times) + 1
+            self._give_up(replica, refused, f"crashed {count} times within a minute")
             return
         delay = 0.0 if not replica.restart_times else min(0.25 * 2 ** len(replica.restart_times), 5.0)
         replica.restart_times.append(now)
@@ -300,6 +300,56 @@ class Supervisor:
         replica.restart_at = now + delay
         self._log(replica, f"exited with code {code}; restarting in {delay:.2f}s")
         self.write_state()
+
+    def _give_up(self, replica: _Replica, refused: bool, message: str) -> None:
+        """Mark ``replica`` failed for good: ``chains restart`` is what starts it again.
+
+        Its port refuses connections from now on (if it does not already): a call waiting
+        in the backlog would wait for a process that never comes, where a refused
+        connection fails the caller's stub at once, and the entrypoint answers 503 naming
+        this chainlet.
+        """
+        replica.record.state = "failed"
+        if not refused:
+            self._refuse_while_down(replica)
+        again = f"chains restart {self.deployment.chain} {replica.spec.name}"
+        self._log(replica, f"{message}; giving up (`{again}` starts it again)")
+        self.write_state()
+
+    async def restart(self, chainlet: str | None, timeout: float) -> list[str]:
+        """Start ``chainlet`` (every chainlet when None) again without a re-push: replicas
+        that failed for good start afresh, with their restart budget renewed; a chainlet
+        whose replicas all run gets new processes, swapped in once they are ready. Returns
+        the chainlets restarted; raises when one does not become ready within ``timeout``.
+        """
+        names = list(dict.fromkeys(r.spec.name for r in self.replicas))
+        if chainlet is not None:
+            if chainlet not in names:
+                raise ValueError(f"no chainlet {chainlet!r} in this deployment; it has: {', '.join(names)}")
+            names = [chainlet]
+        deadline = time.monotonic() + timeout
+        for name in names:
+            replicas = [r for r in self.replicas if r.spec.name == name]
+            down = [r for r in replicas if r.process is None]
+            if not down:
+                first = replicas[0].record
+                await self.replace(name, first.directory, first.code_version, deadline - time.monotonic())
+                continue
+            for replica in down:
+                replica.restart_times.clear()
+                replica.restart_at = None
+                replica.ever_ready = False
+                replica.record.restarts += 1
+                self._log(replica, "restarted on request")
+                self.start(replica)
+            self.write_state()
+            while any(r.record.state != "ready" for r in down):
+                failed = [r for r in down if r.record.state == "failed"]
+                if failed or time.monotonic() > deadline:
+                    why = "failed again" if failed else f"is not ready after {timeout:.0f}s"
+                    raise RuntimeError(f"{name} {why}; see {down[0].log_path}")
+                await asyncio.sleep(_POLL_SEC)
+        return names
 
     def _others_ready(self, replica: _Replica) -> bool:
         return any(
@@ -433,6 +483,12 @@ class Supervisor:
                     float(request.get("timeout", 60)),
                 )
                 answer: dict[str, Any] = {"ok": True}
+            elif command == "restart":
+                chainlet = request.get("chainlet")
+                restarted = await self.restart(
+                    str(chainlet) if chainlet is not None else None, float(request.get("timeout", 60))
+                )
+                answer = {"ok": True, "restarted": restarted}
             elif command == ENTRY_SOCKET_COMMAND:
                 self._send_entry_socket(writer)
                 writer.close()

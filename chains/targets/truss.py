@@ -69,7 +69,9 @@ def _requirement_lines(chainlet_dir: Path) -> list[str]:
 def sdk_requirements() -> list[str]:
     """What the chains SDK itself needs at run time (its dependencies, not its extras)."""
     found = []
-    for line in importlib.metadata.requires("chains") or []:
+    from chains.targets.wheelhouse import SDK_DISTRIBUTION
+
+    for line in importlib.metadata.requires(SDK_DISTRIBUTION) or []:
         _, _, marker = line.partition(";")
         if "extra" in marker:
             continue

@@ -52,7 +52,10 @@ __all__ = [
     "sdk_wheel",
 ]
 
-SDK_DISTRIBUTION = "chains"
+# The name on the package index (`chains` there is another project); `import chains` all the same.
+SDK_DISTRIBUTION = "chains-sdk"
+# The name in a wheel's file name and its .dist-info folder: '-' escaped (the wheel format's rule).
+_WHEEL_NAME = SDK_DISTRIBUTION.replace("-", "_")
 SDK_PACKAGES = ("chains", "codegen")  # what the SDK's wheel holds (pyproject's wheel packages)
 
 _PIP_TIMEOUT_SEC = 900.0
@@ -149,7 +152,7 @@ def _distribution() -> importlib.metadata.Distribution:
     except importlib.metadata.PackageNotFoundError:
         raise ChainsRuntimeError(
             "the chains SDK is imported but not installed as a distribution, so its images cannot "
-            "install it; install it with `pip install -e .` from its checkout, or `pip install chains`"
+            "install it; install it with `pip install -e .` from its checkout, or `pip install chains-sdk`"
         ) from None
 
 
@@ -176,7 +179,8 @@ def sdk_wheel() -> SdkWheel:
     """A wheel of the SDK as imported here, built once per distinct content."""
     dist = _distribution()
     version = dist.version
-    metadata = dist.read_text("METADATA") or f"Metadata-Version: 2.1\nName: chains\nVersion: {version}\n"
+    fallback = f"Metadata-Version: 2.1\nName: {SDK_DISTRIBUTION}\nVersion: {version}\n"
+    metadata = dist.read_text("METADATA") or fallback
     entry_points = dist.read_text("entry_points.txt")
     files = _sdk_files()
     listing = hashlib.sha256(f"{version}\n{metadata}\n{entry_points}\n".encode())
@@ -186,11 +190,11 @@ def sdk_wheel() -> SdkWheel:
         contents.append((rel, data))
         listing.update(f"{hashlib.sha256(data).hexdigest()}  {rel}\n".encode())
     digest = listing.hexdigest()
-    name = f"{SDK_DISTRIBUTION}-{version}-py3-none-any.whl"
+    name = f"{_WHEEL_NAME}-{version}-py3-none-any.whl"
     target = cache_dir() / "sdk" / digest[:24] / name
     if target.exists():
         return SdkWheel(target, digest, version)
-    info = f"{SDK_DISTRIBUTION}-{version}.dist-info"
+    info = f"{_WHEEL_NAME}-{version}.dist-info"
     contents.append((f"{info}/METADATA", metadata.encode()))
     contents.append(
         (

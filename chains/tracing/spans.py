@@ -302,7 +302,7 @@ def _otlp_exporter() -> SpanExporter:
 
         raise ChainsUsageError(
             "OTEL_EXPORTER_OTLP_ENDPOINT is set, but the OTLP exporter is not installed: "
-            "pip install 'chains[tracing]' (or unset the variable)"
+            "pip install 'chains-sdk[tracing]' (or unset the variable)"
         ) from None
     # Reads OTEL_EXPORTER_OTLP_* (endpoint, headers, timeout, compression) by itself.
     exporter: SpanExporter = OTLPSpanExporter()

@@ -33,3 +33,15 @@ async def test_generator_frames_are_read_back_with_the_shared_stream_types() -> 
         assert (await reader.read_header()).prompt == "a b"
         assert [t.text async for t in reader.read_items()] == ["a", "b"]
         assert (await reader.read_footer()).tokens == 2
+
+
+async def test_a_structured_entrypoint_called_directly_is_a_complete_stream() -> None:
+    # The pattern for testing a streaming chain with pytest: build the chainlet under
+    # run_local and read its run_remote as its caller would, with the shared stream types.
+    module, _ = import_chain_file(CHAIN)
+    with chains.run_local():
+        generator = module.Generator()
+        reader = chains.stream_reader(module.TOKENS, generator.run_remote("x y z", 3))
+        assert (await reader.read_header()).max_tokens == 3
+        assert [t.index async for t in reader.read_items()] == [0, 1, 2]
+        assert (await reader.read_footer()).tokens == 3

@@ -151,7 +151,7 @@ def test_no_docker_sdk_names_the_extra(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "the docker target needs the docker SDK" in result.stderr
-    assert "pip install 'chains[docker]'" in result.stderr
+    assert "pip install 'chains-sdk[docker]'" in result.stderr
 
 
 @pytest.mark.docker

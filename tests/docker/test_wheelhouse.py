@@ -23,7 +23,7 @@ def test_the_sdk_wheel_is_reproducible_and_installs(tmp_path: Path, monkeypatch:
     names = zipfile.ZipFile(second.path).namelist()
     assert "chains/__init__.py" in names and "codegen/templates/Dockerfile.jinja" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-    assert f"chains-{second.version}.dist-info/RECORD" in names
+    assert f"chains_sdk-{second.version}.dist-info/RECORD" in names
 
     target = tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]

@@ -44,3 +44,15 @@ def test_a_push_that_fails_raises_and_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(chains.ChainsRuntimeError, match="chainlet Bad failed to start") as info:
         chains.push(file)
     assert "OSError: no GPU here" in str(info.value)
+
+
+def test_a_structured_stream_is_returned_typed() -> None:
+    module, _ = import_chain_file(ROOT / "examples" / "streaming" / "chain.py")
+    with chains.push(module.Generator, name="api-typed") as chain:
+        answer = chain.call(prompt="a b c", max_tokens=3)
+    assert isinstance(answer, chains.StreamContents)
+    # Typed by the stream's own types (the chain file's, as the push loaded it).
+    assert answer.header.model_dump() == {"prompt": "a b c", "max_tokens": 3}
+    assert [(token.text, token.index) for token in answer.items] == [("a", 0), ("b", 1), ("c", 2)]
+    assert type(answer.items[0]).__name__ == "Token"
+    assert answer.footer.model_dump() == {"tokens": 3}

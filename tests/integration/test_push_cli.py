@@ -117,8 +117,14 @@ def test_a_chainlet_failing_in_init_fails_the_push_and_leaves_nothing(cli: Cli, 
     )
     result = cli.run("push", str(file), check=False)
     assert result.returncode == 1
-    assert "chainlet Broken failed to start" in result.stderr
-    assert "RuntimeError: cannot load the model weights" in result.stderr  # the tail of its log
+    # The cause leads, at the user's own line; the tail shows the user's file, not the copy.
+    error = next(line for line in result.stderr.splitlines() if line.startswith("error:"))
+    assert error == (
+        "error: chainlet Broken failed to start: RuntimeError: cannot load the model weights "
+        "(chain.py, line 6, in __init__)"
+    )
+    assert f'File "{file}", line 6, in __init__' in result.stderr
+    assert "generated/" not in result.stderr and "Shutting down" not in result.stderr
     assert cli.run("status").stdout.startswith("no chains are running")
     leftovers = subprocess.run(["pgrep", "-f", str(cli.home)], capture_output=True, text=True)
     assert leftovers.stdout.strip() == ""
@@ -337,3 +343,22 @@ def test_an_api_key_guards_the_entrypoint(cli: Cli) -> None:
     )
     assert json.loads(env_call.stdout) == ["Hello, B!"]
     assert "s3cret-key" not in cli.run("status", "hello-key", "--json").stdout
+
+
+def test_logs_show_a_call_that_failed_in_the_users_file(cli: Cli, tmp_path: Path) -> None:
+    file = write_chain(
+        tmp_path / "oops",
+        """
+        import chains
+
+        @chains.mark_entrypoint("oops")
+        class Oops(chains.ChainletBase):
+            async def run_remote(self, x: int) -> int:
+                return 1 // x
+    """,
+    )
+    url = str(cli.push(str(file))["entrypoint_url"])
+    assert httpx.post(url + "/run_remote", json={"x": 0}, timeout=30).status_code == 500
+    logs = cli.run("logs", "oops").stdout
+    assert f'File "{file}", line 7, in run_remote' in logs
+    assert "generated/" not in logs

@@ -317,3 +317,29 @@ def test_truss_fields_name_the_type_module_message_and_user_frames() -> None:
     last = fields["user_stack_trace"][-1]
     assert last["name"] == "failing" and last["line"] == 'raise ValueError("bad input")'
     assert last["filename"].endswith("test_errors.py") and last["lineno"] > 0
+
+
+def test_a_failed_pip_step_leads_with_the_requirement_pip_could_not_find() -> None:
+    tail = [
+        "Step 5/9 : RUN pip install -r requirements.txt",
+        " ---> Running in 0c1d2e3f",
+        "Collecting pydantic>=2 (from -r requirements.txt (line 1))",
+        "Collecting numpy==99.0 (from -r requirements.txt (line 2))",
+        "ERROR: Could not find a version that satisfies the requirement numpy==99.0 (from versions: 1.0)",
+        "ERROR: No matching distribution found for numpy==99.0",
+    ]
+    error = chains.BuildFailed(
+        "Embedder", "The command '/bin/sh -c pip install' returned a non-zero code: 1", tail
+    )
+    first = str(error).splitlines()[0]
+    assert first.startswith(
+        "the image of chainlet Embedder did not build: No matching distribution found for numpy==99.0 (pip; "
+    )
+    assert "Collecting pydantic" in str(error)  # the log's tail still follows
+
+
+def test_a_build_failure_pip_did_not_explain_keeps_the_engines_reason() -> None:
+    error = chains.BuildFailed("Embedder", "no space left on device", ["Step 1/9 : FROM python:3.11-slim"])
+    assert (
+        str(error).splitlines()[0] == "the image of chainlet Embedder did not build: no space left on device"
+    )
