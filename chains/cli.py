@@ -659,7 +659,7 @@ def call(
       chains call my-chain --json '{"text": "hello"}'
       chains call my-chain --file args.json --timeout 600
     """
-    from chains.client import CallFailed, call_entrypoint, converse_with_entrypoint
+    from chains.cli_call import CallFailed, call_entrypoint, converse_with_entrypoint
     from chains.deploy import find_state
     from chains.streaming import kind_named
 
