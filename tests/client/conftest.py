@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import Cli
+from tests.nginx import Nginx, Site, nginx_binary
+
 ROOT = Path(__file__).parents[2]
+KINDS = Path(__file__).with_name("kinds_chain.py")
+STREAMING = ROOT / "examples" / "streaming" / "chain.py"
+KEY = "consumer-key-1"
 
 
 class Venv:
@@ -45,3 +51,31 @@ def consumer_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
     venv.install("pydantic>=2.6,<3", "httpx>=0.27,<1")
     venv.install("--no-deps", str(ROOT))
     yield venv
+
+
+@pytest.fixture(scope="session")
+def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Each kind's chain pushed with the local target, and nginx in front of the slow one."""
+    folder = tmp_path_factory.mktemp("kinds")
+    cli = Cli(folder / "home")
+    nginx: Nginx | None = None
+    try:
+        found: dict[str, str] = {}
+        for name in ("Unary", "Items", "Structured", "Bytes", "Events", "Slow"):
+            pushed = cli.push(
+                str(KINDS), "--entrypoint", name, "--name", f"kinds-{name.lower()}", "--api-key", KEY
+            )
+            found[name] = str(pushed["entrypoint_url"])
+        found["Text"] = str(
+            cli.push(str(STREAMING), "--name", "kinds-text", "--api-key", KEY)["entrypoint_url"]
+        )
+        # The proxy gives up on an upstream silent for a second: the slow stream is cut mid-way.
+        site = Site("cut", found["Slow"], ["proxy_buffering off;", "proxy_read_timeout 1s;"])
+        nginx = Nginx(nginx_binary(), folder / "nginx", [site]).start()
+        found["Cut"] = site.url
+        yield found
+    finally:
+        if nginx is not None:
+            nginx.stop()
+        for state_file in cli.home.glob("*/state.json"):
+            cli.run("stop", state_file.parent.name, check=False)

@@ -4,21 +4,12 @@ output read from pushed chains, sync and async, and a stream cut by a proxy."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.client.conftest import Venv
-from tests.helpers import Cli
-from tests.nginx import Nginx, Site, nginx_binary
+from tests.client.conftest import KEY, Venv
 
 HERE = Path(__file__).parent
-ROOT = HERE.parents[1]
-KINDS = HERE / "kinds_chain.py"
-STREAMING = ROOT / "examples" / "streaming" / "chain.py"
-KEY = "consumer-key-1"
 # What examples/streaming's entrypoint streams for prompt="hello there", max_tokens=3.
 TEXT = "[3 tokens for 'hello there'] hello there hello\n[usage: 3 tokens; {\"tokens\":3}]"
 # What chains.client may load besides the standard library: pydantic, httpx and theirs.
@@ -40,34 +31,6 @@ ALLOWED = {
     "_distutils_hack",
     "_sysconfigdata__linux_x86_64-linux-gnu",
 }
-
-
-@pytest.fixture(scope="module")
-def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Each kind's chain pushed with the local target, and nginx in front of the slow one."""
-    folder = tmp_path_factory.mktemp("kinds")
-    cli = Cli(folder / "home")
-    nginx: Nginx | None = None
-    try:
-        found: dict[str, str] = {}
-        for name in ("Unary", "Items", "Structured", "Bytes", "Events", "Slow"):
-            pushed = cli.push(
-                str(KINDS), "--entrypoint", name, "--name", f"kinds-{name.lower()}", "--api-key", KEY
-            )
-            found[name] = str(pushed["entrypoint_url"])
-        found["Text"] = str(
-            cli.push(str(STREAMING), "--name", "kinds-text", "--api-key", KEY)["entrypoint_url"]
-        )
-        # The proxy gives up on an upstream silent for a second: the slow stream is cut mid-way.
-        site = Site("cut", found["Slow"], ["proxy_buffering off;", "proxy_read_timeout 1s;"])
-        nginx = Nginx(nginx_binary(), folder / "nginx", [site]).start()
-        found["Cut"] = site.url
-        yield found
-    finally:
-        if nginx is not None:
-            nginx.stop()
-        for state_file in cli.home.glob("*/state.json"):
-            cli.run("stop", state_file.parent.name, check=False)
 
 
 def test_the_client_imports_with_only_pydantic_and_httpx(consumer_venv: Venv) -> None:
