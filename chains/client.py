@@ -144,11 +144,16 @@ def _failure(url: str, status: int, body: bytes, headers: Mapping[str, str]) -> 
         payload = json.loads(body)
     except ValueError:
         payload = None
+    retry_after = _seconds(headers.get("retry-after", ""))
     if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
         try:
-            return RemoteError.from_detail(ErrorDetail.model_validate(payload["error"]))
+            remote = RemoteError.from_detail(ErrorDetail.model_validate(payload["error"]))
         except pydantic.ValidationError:
             pass
+        else:
+            if isinstance(remote, DependencyUnavailable):  # an overloaded chain's 503
+                remote.retry_after = retry_after
+            return remote
     detail = payload.get("detail") if isinstance(payload, dict) else None
     if status == 422 and isinstance(detail, list):
         fields = "; ".join(
@@ -163,14 +168,17 @@ def _failure(url: str, status: int, body: bytes, headers: Mapping[str, str]) -> 
     reason = detail if detail is not None else body[:300].decode("utf-8", "replace")
     if status in (429, 502, 503):
         error = DependencyUnavailable(f"{url} answered {status}: {reason}")
-        retry_after = headers.get("retry-after", "")
-        error.retry_after = float(retry_after) if retry_after.replace(".", "", 1).isdigit() else None
+        error.retry_after = retry_after
         return error
     if status == 504:
         return DeadlineExceeded(f"{url} answered 504: {reason}")
     if status == 401:
         return ChainsRuntimeError(f"{url} refused the call (401 {reason}): pass the chain's api_key")
     return ChainsRuntimeError(f"{url} answered {status}: {reason}")
+
+
+def _seconds(value: str) -> float | None:
+    return float(value) if value.replace(".", "", 1).isdigit() else None
 
 
 def _drive(step: Awaitable[T]) -> T:
