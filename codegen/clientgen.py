@@ -22,7 +22,7 @@ import jinja2
 
 from chains.checks import Chain
 from chains.errors import ChainsUsageError
-from chains.streaming import STRUCTURED, UNARY
+from chains.streaming import STRUCTURED, UNARY, WEBSOCKET
 from codegen.annotations import signature_source
 from codegen.imports import Imports, natural_key
 from codegen.layout import GENERATOR_VERSION, display_path
@@ -47,6 +47,11 @@ class GeneratedClient:
 def generate_client(chain: Chain, source_file: Path, out_dir: Path) -> GeneratedClient:
     """Write the client package of ``chain``'s entrypoint into ``out_dir``."""
     spec = chain.entrypoint
+    if spec.endpoint.output_kind is WEBSOCKET:
+        raise ChainsUsageError(
+            f"{spec.name} is a WebSocket endpoint: a generated client calls HTTP endpoints only "
+            "(unary and streaming); talk to it with a WebSocket client (see docs/clients.md)"
+        )
     func = run_remote_of(spec.cls)
     chain_module = spec.cls.__module__
     package = re.sub(r"\W", "_", chain.name.lower()).strip("_") + "_client"

@@ -87,3 +87,17 @@ def test_generated_clients_read_every_kind_from_pushed_chains(
         assert got["bytes"] == 300
         assert got["sse"] == ["line 0\nsecond line", "line 1\nsecond line"]
         assert got["cut"] == "interrupted"
+
+
+def test_a_websocket_entrypoint_is_refused_with_what_to_use() -> None:
+    realtime = HERE.parents[1] / "examples" / "realtime" / "chain.py"
+    result = subprocess.run(
+        [sys.executable, "-m", "chains", "client", str(realtime), "--out", str(HERE / "unused")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "WebSocket endpoint" in result.stderr and "WebSocket client" in result.stderr
+    assert not (HERE / "unused").exists()
