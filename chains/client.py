@@ -3,7 +3,7 @@
 
 A consumer needs only pydantic and httpx: this module, ``chains.errors`` and
 ``chains.streaming`` import nothing else, so the chains package installed with
-``pip install --no-deps chains`` next to those two is enough (see ``docs/clients.md``)::
+``pip install --no-deps chains-sdk`` next to those two is enough (see ``docs/clients.md``)::
 
     from chains.client import Client
 
