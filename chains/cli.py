@@ -211,6 +211,19 @@ def generate(
         )
 
 
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Where to write.")
+def client(file: str, entrypoint: str | None, out_dir: str) -> None:
+    """Generate a typed client package of the entrypoint into --out (needs only pydantic, httpx)."""
+    from codegen.clientgen import generate_client
+
+    chain = _guarded(lambda: load_chain(file, entrypoint))
+    result = _guarded(lambda: generate_client(chain, Path(file), Path(out_dir)))
+    click.echo(f"{result.package}: {result.directory}")
+
+
 # -- push ----------------------------------------------------------------------------------------
 
 
@@ -659,7 +672,7 @@ def call(
       chains call my-chain --json '{"text": "hello"}'
       chains call my-chain --file args.json --timeout 600
     """
-    from chains.client import CallFailed, call_entrypoint, converse_with_entrypoint
+    from chains.cli_call import CallFailed, call_entrypoint, converse_with_entrypoint
     from chains.deploy import find_state
     from chains.streaming import kind_named
 

@@ -1,190 +1,495 @@
-"""Calling a running chain's entrypoint from outside, printing what it answers as it arrives.
+"""Calling a deployed chain's entrypoint from any Python program: :class:`Client` and
+:class:`AsyncClient`.
 
-Used by ``chains call``. Streams are requested as server-sent events: they are plain text
-a person can read, and they still carry the end (or error) event, so a stream cut short
-is reported as such and never mistaken for a complete one.
+A consumer needs only pydantic and httpx: this module, ``chains.errors`` and
+``chains.streaming`` import nothing else, so the chains package installed with
+``pip install --no-deps chains-sdk`` next to those two is enough (see ``docs/clients.md``)::
+
+    from chains.client import Client
+
+    with Client("http://127.0.0.1:8000", api_key="...") as client:
+        greeting = client.call(str, name="Ada")                   # a unary result, validated
+        for token in client.stream(Token, prompt="hi"):           # an item stream
+            print(token.text)
+        with client.stream(TOKENS, prompt="hi") as reader:        # header, items, footer
+            started = reader.read_header()
+            texts = [token.text for token in reader.read_items()]
+            usage = reader.read_footer()
+
+Streams are requested in the framed form, the one that tells a complete stream from a cut
+one: a stream that stops before its end frame (a proxy timing out, a restarted server)
+raises :class:`~chains.errors.StreamInterrupted`, the producer's own failure a
+:class:`~chains.errors.RemoteError` (also an instance of its original builtin type), exactly
+as between chainlets. The readers are those of ``chains.streaming``; the synchronous client
+drives them over a blocking body (see :func:`_drive`).
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import sys
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TextIO
+from collections.abc import AsyncGenerator, Awaitable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, Generic, TypeVar, overload
 
 import httpx
+import pydantic
+import pydantic_core
 
-from chains.errors import ErrorDetail, RemoteError, StreamInterrupted
-from chains.streaming import BYTES, SSE_EVENTS, TEXT, OutputKind, StreamKind
-from chains.streaming.sse import SSE
+from chains.errors import (
+    ChainsRuntimeError,
+    DeadlineExceeded,
+    DependencyUnavailable,
+    ErrorDetail,
+    RemoteError,
+    StreamProtocolError,
+)
+from chains.streaming.frame_reader import FrameReader
+from chains.streaming.kinds import STRUCTURED
+from chains.streaming.media import FRAMED_MEDIA_TYPE
+from chains.streaming.reader import (
+    FooterStreamReader,
+    HeaderFooterStreamReader,
+    HeaderStreamReader,
+    StreamReader,
+    stream_reader,
+)
+from chains.streaming.shape import StreamShape
+from chains.streaming.types import StreamTypes
+from chains.wire import wire_adapter
 
-__all__ = ["CallFailed", "call_entrypoint", "converse_with_entrypoint"]
+__all__ = ["AsyncClient", "Client", "Stream", "StructuredStream"]
+
+T = TypeVar("T")
+ItemT = TypeVar("ItemT")
+HeaderT = TypeVar("HeaderT")
+FooterT = TypeVar("FooterT")
+
+_PATH = "/run_remote"
+_JSON = "application/json"
 
 
-class CallFailed(Exception):
-    """The call did not succeed; the message says why, for a person."""
+class _BaseClient:
+    """What :class:`Client` and :class:`AsyncClient` share: the request and what an answer means."""
 
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"a chain's URL starts with http:// or https://, got {url!r}")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._headers = {"content-type": _JSON, **(headers or {})}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
 
-async def call_entrypoint(
-    url: str,
-    arguments: dict[str, Any],
-    kind: OutputKind,
-    out: TextIO = sys.stdout,
-    api_key: str | None = None,
-    timeout: float | None = None,
-) -> None:
-    """POST ``arguments`` to ``url``/run_remote and write the answer to ``out``."""
-    headers = {"content-type": "application/json"}
-    if api_key:
-        headers["authorization"] = f"Bearer {api_key}"
-    if kind.is_stream:
-        headers["accept"] = "text/event-stream"
-    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10)) as client:
+    def _request(self, accept: str, arguments: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+        # The wire's JSON: bytes as base64, models by alias (what the server validates against).
+        body = pydantic_core.to_json(arguments, by_alias=True, bytes_mode="base64")
+        return body, {**self._headers, "accept": accept}
+
+    def _result(self, output_type: Any, response: httpx.Response) -> Any:
+        if response.status_code != 200:
+            raise _failure(self.url, response.status_code, response.content, response.headers)
+        kind = response.headers.get("content-type", "")
+        if not kind.startswith(_JSON):
+            raise ChainsRuntimeError(
+                f"{self.url} answered {kind or 'no content type'}, not a JSON result: the entrypoint "
+                "streams; read it with .stream(...)"
+            )
+        if output_type is None:
+            return json.loads(response.content)
         try:
-            async with client.stream(
-                "POST", url + "/run_remote", json=arguments, headers=headers
-            ) as response:
-                if response.status_code != 200:
-                    raise CallFailed(_describe_failure(response.status_code, await response.aread()))
-                if not isinstance(kind, StreamKind):
-                    out.write(json.dumps(json.loads(await response.aread()), indent=2) + "\n")
-                    return
-                await _print_events(SSE.from_chunks(response.aiter_bytes()), kind, out)
-        except httpx.TransportError as exc:
-            raise CallFailed(f"the call to {url} broke off: {type(exc).__name__}: {exc}") from None
+            return wire_adapter(output_type).validate_json(response.content)
+        except pydantic.ValidationError as exc:
+            raise ChainsRuntimeError(
+                f"{self.url} answered with a result that is not a {_name(output_type)}: {exc}"
+            ) from None
+
+    def _check_stream(self, response: httpx.Response, body: bytes) -> None:
+        """Raise for an answer that is not a framed stream (``body``: what was read of it)."""
+        if response.status_code != 200:
+            raise _failure(self.url, response.status_code, body, response.headers)
+        kind = response.headers.get("content-type", "")
+        if not kind.startswith(FRAMED_MEDIA_TYPE):
+            raise StreamProtocolError(
+                f"{self.url} answered {kind or 'no content type'}, not a chains stream: the entrypoint "
+                "returns one result; call it with .call(...)"
+            )
+
+    def _late(self) -> DeadlineExceeded:
+        return DeadlineExceeded(f"{self.url} did not answer within {self.timeout}s")
+
+    def _timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(self.timeout, connect=min(self.timeout or 10.0, 10.0))
 
 
-def _describe_failure(status: int, body: bytes) -> str:
+def _shape(of: Any) -> StreamShape:
+    if isinstance(of, StreamTypes):
+        return StreamShape.of(STRUCTURED, types=of)
+    return StreamShape.for_item_type(of)
+
+
+def _name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or repr(tp)
+
+
+def _failure(url: str, status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
+    """The exception for a non-200 answer of the entrypoint."""
     try:
         payload = json.loads(body)
     except ValueError:
-        return f"HTTP {status}: {body[:500].decode(errors='replace')}"
+        payload = None
+    retry_after = _seconds(headers.get("retry-after", ""))
     if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
-        return str(RemoteError.from_detail(ErrorDetail.model_validate(payload["error"])))
-    if isinstance(payload, dict) and "detail" in payload:
-        detail = payload["detail"]
-        if isinstance(detail, list):
-            lines = [f"  {'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in detail]
-            return f"HTTP {status}: invalid arguments\n" + "\n".join(lines)
-        return f"HTTP {status}: {detail}"
-    return f"HTTP {status}: {payload}"
-
-
-async def _print_events(events: AsyncIterator[SSE], kind: StreamKind, out: TextIO) -> None:
-    write = _writer(kind, out)
-    async for event in events:
-        name = event.event or "message"
-        if name == "end":
-            if kind is TEXT:
-                out.write("\n")
-            out.flush()
-            return
-        if name == "error":
-            detail = ErrorDetail.model_validate_json(event.data)
-            raise CallFailed(str(RemoteError.from_detail(detail)))
-        if kind is SSE_EVENTS:
-            out.write(event.encode())
-        elif name in ("header", "footer"):
-            out.write(f"{name}: {event.data}\n")
+        try:
+            remote = RemoteError.from_detail(ErrorDetail.model_validate(payload["error"]))
+        except pydantic.ValidationError:
+            pass
         else:
-            write(event.data)
-        out.flush()
-    raise CallFailed(
-        str(StreamInterrupted("the stream ended before its end event: the output above is incomplete"))
-    )
+            if isinstance(remote, DependencyUnavailable):  # an overloaded chain's 503
+                remote.retry_after = retry_after
+            return remote
+    detail = payload.get("detail") if isinstance(payload, dict) else None
+    if status == 422 and isinstance(detail, list):
+        fields = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())) or '(body)'}: {e.get('msg', 'invalid')}"
+            for e in detail
+            if isinstance(e, dict)
+        )
+        message = f"invalid arguments for {url}: {fields}"
+        return RemoteError.from_detail(
+            ErrorDetail(exc_type="ValueError", exc_module="builtins", message=message)
+        )
+    reason = detail if detail is not None else body[:300].decode("utf-8", "replace")
+    if status in (429, 502, 503):
+        error = DependencyUnavailable(f"{url} answered {status}: {reason}")
+        error.retry_after = retry_after
+        return error
+    if status == 504:
+        return DeadlineExceeded(f"{url} answered 504: {reason}")
+    if status == 401:
+        return ChainsRuntimeError(f"{url} refused the call (401 {reason}): pass the chain's api_key")
+    return ChainsRuntimeError(f"{url} answered {status}: {reason}")
 
 
-def _writer(kind: StreamKind, out: TextIO) -> Callable[[str], None]:
-    if kind is TEXT:
-
-        def write_text(data: str) -> None:
-            out.write(data)
-
-        return write_text
-    if kind is BYTES:
-        binary = getattr(out, "buffer", None)
-
-        def write_bytes(data: str) -> None:
-            raw = base64.b64decode(data)
-            if binary is not None:
-                binary.write(raw)
-                binary.flush()
-            else:
-                out.write(raw.decode(errors="replace"))
-
-        return write_bytes
-
-    def write_line(data: str) -> None:
-        out.write(data + "\n")
-
-    return write_line
+def _seconds(value: str) -> float | None:
+    return float(value) if value.replace(".", "", 1).isdigit() else None
 
 
-async def converse_with_entrypoint(
-    url: str,
-    lines: TextIO = sys.stdin,
-    out: TextIO = sys.stdout,
-    api_key: str | None = None,
-    idle_sec: float = 1.0,
-) -> None:
-    """Open a WebSocket to ``url``/run_remote, send each line of ``lines`` as a text message and
-    print every message that comes back as it arrives (text as a line, binary as its bytes).
+def _drive(step: Awaitable[T]) -> T:
+    """The result of an awaitable that never suspends.
 
-    Once ``lines`` ends, replies are still printed until none came for ``idle_sec`` seconds;
-    then the socket is closed. A close with 1011 (the chain failed) is a :class:`CallFailed`.
+    A :class:`FrameReader` fed a blocking iterator of chunks awaits nothing that waits: each
+    of its awaits completes at once. Running its coroutines to their end here lets the
+    synchronous client use the very same reader (and checks) as the asynchronous one.
     """
-    import asyncio
-    import threading
-
-    from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed, InvalidStatus
-
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    ws_url = "ws" + url.removeprefix("http") + "/run_remote"
-    loop = asyncio.get_running_loop()
-    typed: asyncio.Queue[str | None] = asyncio.Queue()
-
-    def read_lines() -> None:  # a thread: reading a terminal would block the loop
-        for line in lines:
-            loop.call_soon_threadsafe(typed.put_nowait, line.rstrip("\n"))
-        loop.call_soon_threadsafe(typed.put_nowait, None)
-
-    async def send_lines(ws: Any) -> None:
-        while (line := await typed.get()) is not None:
-            await ws.send(line)
-
+    steps = step.__await__()
     try:
-        async with connect(ws_url, additional_headers=headers, max_size=None) as ws:
-            threading.Thread(target=read_lines, daemon=True).start()
-            sender = asyncio.ensure_future(send_lines(ws))
-            try:
-                while True:
-                    wait = None if not sender.done() else idle_sec
-                    try:
-                        message = await asyncio.wait_for(ws.recv(), wait)
-                    except TimeoutError:
-                        return
-                    if isinstance(message, bytes):
-                        binary = getattr(out, "buffer", None)
-                        if binary is not None:
-                            binary.write(message)
-                            binary.flush()
-                        else:
-                            out.write(message.decode(errors="replace"))
-                    else:
-                        out.write(message + "\n")
-                    out.flush()
-            finally:
-                sender.cancel()
-    except InvalidStatus as exc:
-        body = bytes(exc.response.body or b"")
-        raise CallFailed(_describe_failure(exc.response.status_code, body)) from None
-    except ConnectionClosed as exc:
-        if exc.rcvd is not None and exc.rcvd.code in (1000, 1001):
-            return
-        code = exc.rcvd.code if exc.rcvd is not None else "none"
-        reason = exc.rcvd.reason if exc.rcvd is not None else "the connection broke without a close frame"
-        raise CallFailed(f"the WebSocket closed with code {code}: {reason}") from None
-    except OSError as exc:
-        raise CallFailed(f"could not open a WebSocket to {ws_url}: {exc}") from None
+        steps.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    steps.close()
+    raise RuntimeError("a synchronous stream read had to wait on an event loop")  # a bug, not input
+
+
+class Stream(Generic[ItemT]):
+    """The items of one stream read by :class:`Client`, as they arrive.
+
+    Iterate it (once); use it as a context manager, or call :meth:`close`, to release the
+    connection when leaving before the end::
+
+        with client.stream(str, prompt="hi") as pieces:
+            for piece in pieces:
+                print(piece, end="")
+    """
+
+    def __init__(self, shape: StreamShape, body: _Body) -> None:
+        self._body = body
+        self._reader = FrameReader(shape.wire, body)
+        self._items: AsyncGenerator[Any, None] | None = None
+
+    def read_items(self) -> Iterator[ItemT]:
+        """The items, parsed, until the footer or the end of the stream.
+
+        Raises StreamInterrupted if the stream stops before its end, RemoteError if the
+        producer failed, and StreamSchemaMismatch if it streams another schema.
+        """
+        if self._items is None:
+            self._items = self._reader.items()
+        items = self._items
+        try:
+            while True:
+                try:
+                    item: ItemT = _drive(anext(items))
+                except StopAsyncIteration:
+                    return
+                yield item
+        except BaseException:
+            self.close()
+            raise
+
+    def __iter__(self) -> Iterator[ItemT]:
+        return self.read_items()
+
+    @property
+    def items_read(self) -> int:
+        return self._reader.items_read
+
+    def close(self) -> None:
+        """Stop reading and release the connection."""
+        if self._items is not None:
+            _drive(self._items.aclose())
+        self._body.close()
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+_S = TypeVar("_S", bound=Stream[Any])
+
+
+class StructuredStream(Stream[ItemT], Generic[ItemT, HeaderT, FooterT]):
+    """A structured stream (header, items, footer) read by :class:`Client`."""
+
+    def read_header(self) -> HeaderT:
+        """The header (None when the types declare none); it comes first."""
+        header: HeaderT = _drive(self._reader.header())
+        return header
+
+    def read_footer(self) -> FooterT:
+        """The footer, once the end of the stream confirms it is complete (skips unread items)."""
+        try:
+            footer: FooterT = _drive(self._reader.footer())
+        except BaseException:
+            self.close()
+            raise
+        self.close()
+        return footer
+
+
+class Client(_BaseClient):
+    """A blocking client of one chain's entrypoint (the URL ``chains push`` printed).
+
+    ``api_key`` is sent as ``Authorization: Bearer``; ``timeout`` (seconds, None for none)
+    bounds each wait for the server::
+
+        with Client(url, api_key=key) as client:
+            print(client.call(list[str], names=["Ada"]))
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(url, api_key=api_key, timeout=timeout, headers=headers)
+        self._http = httpx.Client(timeout=self._timeout())
+
+    @overload
+    def call(self, output_type: type[T], /, **arguments: Any) -> T: ...
+    @overload
+    def call(self, output_type: Any = None, /, **arguments: Any) -> Any: ...
+    def call(self, output_type: Any = None, /, **arguments: Any) -> Any:
+        """Call a unary entrypoint with ``arguments``; its result validated as ``output_type``
+        (a model, ``list[str]``, ...), or the plain JSON value when it is None."""
+        body, headers = self._request(_JSON, arguments)
+        try:
+            response = self._http.post(self.url + _PATH, content=body, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise self._late() from exc
+        except httpx.TransportError as exc:
+            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        return self._result(output_type, response)
+
+    @overload
+    def stream(
+        self, of: StreamTypes[ItemT, HeaderT, FooterT], /, **arguments: Any
+    ) -> StructuredStream[ItemT, HeaderT, FooterT]: ...
+    @overload
+    def stream(self, of: type[ItemT], /, **arguments: Any) -> Stream[ItemT]: ...
+    def stream(self, of: Any, /, **arguments: Any) -> Stream[Any]:
+        """Call a streaming entrypoint: ``of`` is what it streams, ``str``, ``bytes``,
+        ``chains.SSE``, an item type, or the ``StreamTypes`` of a structured stream.
+
+        The request is sent at once: a refusal or an error before the stream starts is raised
+        here, and anything after it while reading.
+        """
+        body, headers = self._request(FRAMED_MEDIA_TYPE, arguments)
+        request = self._http.build_request("POST", self.url + _PATH, content=body, headers=headers)
+        try:
+            response = self._http.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise self._late() from exc
+        except httpx.TransportError as exc:
+            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        try:
+            self._check_stream(response, response.read() if response.status_code != 200 else b"")
+        except BaseException:
+            response.close()
+            raise
+        if isinstance(of, StreamTypes):
+            return StructuredStream(_shape(of), _Body(response, self))
+        return Stream(_shape(of), _Body(response, self))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncClient(_BaseClient):
+    """The asyncio client of one chain's entrypoint; see :class:`Client`::
+
+    async with AsyncClient(url) as client:
+        async for piece in client.stream(str, prompt="hi"):
+            print(piece, end="")
+        reader = client.stream(TOKENS, prompt="hi")      # chains.stream_reader's reader
+        started = await reader.read_header()
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(url, api_key=api_key, timeout=timeout, headers=headers)
+        self._http = httpx.AsyncClient(timeout=self._timeout())
+
+    @overload
+    async def call(self, output_type: type[T], /, **arguments: Any) -> T: ...
+    @overload
+    async def call(self, output_type: Any = None, /, **arguments: Any) -> Any: ...
+    async def call(self, output_type: Any = None, /, **arguments: Any) -> Any:
+        """Call a unary entrypoint; see :meth:`Client.call`."""
+        body, headers = self._request(_JSON, arguments)
+        try:
+            response = await self._http.post(self.url + _PATH, content=body, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise self._late() from exc
+        except httpx.TransportError as exc:
+            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        return self._result(output_type, response)
+
+    @overload
+    async def stream(
+        self, of: StreamTypes[ItemT, None, None], /, **arguments: Any
+    ) -> StreamReader[ItemT]: ...
+    @overload
+    async def stream(
+        self, of: StreamTypes[ItemT, HeaderT, None], /, **arguments: Any
+    ) -> HeaderStreamReader[ItemT, HeaderT]: ...
+    @overload
+    async def stream(
+        self, of: StreamTypes[ItemT, None, FooterT], /, **arguments: Any
+    ) -> FooterStreamReader[ItemT, FooterT]: ...
+    @overload
+    async def stream(
+        self, of: StreamTypes[ItemT, HeaderT, FooterT], /, **arguments: Any
+    ) -> HeaderFooterStreamReader[ItemT, HeaderT, FooterT]: ...
+    @overload
+    async def stream(self, of: type[ItemT], /, **arguments: Any) -> AsyncGenerator[ItemT, None]: ...
+    async def stream(self, of: Any, /, **arguments: Any) -> Any:
+        """Call a streaming entrypoint; see :meth:`Client.stream`. For ``StreamTypes`` it is
+        the reader ``chains.stream_reader`` makes (``read_header``, ``read_items``,
+        ``read_footer``), for anything else an async generator of the items."""
+        body, headers = self._request(FRAMED_MEDIA_TYPE, arguments)
+        request = self._http.build_request("POST", self.url + _PATH, content=body, headers=headers)
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise self._late() from exc
+        except httpx.TransportError as exc:
+            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        try:
+            self._check_stream(response, await response.aread() if response.status_code != 200 else b"")
+        except BaseException:
+            await response.aclose()
+            raise
+        source = _AsyncBody(response, self)
+        if isinstance(of, StreamTypes):
+            return stream_reader(of, source)
+        return _items(FrameReader(_shape(of).wire, source))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _Body:
+    """The chunks of a streamed response; a timeout while waiting for one is the deadline's."""
+
+    def __init__(self, response: httpx.Response, client: _BaseClient) -> None:
+        self._response = response
+        self._chunks = response.iter_bytes()
+        self._client = client
+
+    def __iter__(self) -> _Body:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._chunks)
+        except httpx.TimeoutException as exc:
+            raise self._client._late() from exc
+
+    def close(self) -> None:
+        self._response.close()
+
+
+class _AsyncBody:
+    """:class:`_Body` for :class:`AsyncClient`; ``aclose`` (the reader's) releases the connection."""
+
+    def __init__(self, response: httpx.Response, client: _BaseClient) -> None:
+        self._response = response
+        self._chunks = response.aiter_bytes()
+        self._client = client
+
+    def __aiter__(self) -> _AsyncBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await anext(self._chunks)
+        except httpx.TimeoutException as exc:
+            raise self._client._late() from exc
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+async def _items(reader: FrameReader) -> AsyncGenerator[Any, None]:
+    try:
+        async for item in reader.items():
+            yield item
+    finally:
+        await reader.aclose()

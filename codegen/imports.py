@@ -65,6 +65,16 @@ class Imports:
         """``from module import name`` or ``from module import name as alias``."""
         self._names.setdefault(module, set()).add((name, None if alias == name else alias))
 
+    def restricted(self, used: set[str]) -> Imports:
+        """The imports of this block that bind one of the names in ``used``."""
+        kept = Imports(self.first_party)
+        kept._modules = {(m, a) for m, a in self._modules if (a or m.partition(".")[0]) in used}
+        for module, members in self._names.items():
+            names = {(n, a) for n, a in members if (a or n) in used}
+            if names:
+                kept._names[module] = names
+        return kept
+
     def top_modules(self) -> set[str]:
         """The top-level packages of everything imported."""
         modules = {m for m, _ in self._modules} | set(self._names)

@@ -1,0 +1,190 @@
+"""Calling a running chain's entrypoint from outside, printing what it answers as it arrives.
+
+Used by ``chains call``. Streams are requested as server-sent events: they are plain text
+a person can read, and they still carry the end (or error) event, so a stream cut short
+is reported as such and never mistaken for a complete one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TextIO
+
+import httpx
+
+from chains.errors import ErrorDetail, RemoteError, StreamInterrupted
+from chains.streaming import BYTES, SSE_EVENTS, TEXT, OutputKind, StreamKind
+from chains.streaming.sse import SSE
+
+__all__ = ["CallFailed", "call_entrypoint", "converse_with_entrypoint"]
+
+
+class CallFailed(Exception):
+    """The call did not succeed; the message says why, for a person."""
+
+
+async def call_entrypoint(
+    url: str,
+    arguments: dict[str, Any],
+    kind: OutputKind,
+    out: TextIO = sys.stdout,
+    api_key: str | None = None,
+    timeout: float | None = None,
+) -> None:
+    """POST ``arguments`` to ``url``/run_remote and write the answer to ``out``."""
+    headers = {"content-type": "application/json"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    if kind.is_stream:
+        headers["accept"] = "text/event-stream"
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10)) as client:
+        try:
+            async with client.stream(
+                "POST", url + "/run_remote", json=arguments, headers=headers
+            ) as response:
+                if response.status_code != 200:
+                    raise CallFailed(_describe_failure(response.status_code, await response.aread()))
+                if not isinstance(kind, StreamKind):
+                    out.write(json.dumps(json.loads(await response.aread()), indent=2) + "\n")
+                    return
+                await _print_events(SSE.from_chunks(response.aiter_bytes()), kind, out)
+        except httpx.TransportError as exc:
+            raise CallFailed(f"the call to {url} broke off: {type(exc).__name__}: {exc}") from None
+
+
+def _describe_failure(status: int, body: bytes) -> str:
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return f"HTTP {status}: {body[:500].decode(errors='replace')}"
+    if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+        return str(RemoteError.from_detail(ErrorDetail.model_validate(payload["error"])))
+    if isinstance(payload, dict) and "detail" in payload:
+        detail = payload["detail"]
+        if isinstance(detail, list):
+            lines = [f"  {'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in detail]
+            return f"HTTP {status}: invalid arguments\n" + "\n".join(lines)
+        return f"HTTP {status}: {detail}"
+    return f"HTTP {status}: {payload}"
+
+
+async def _print_events(events: AsyncIterator[SSE], kind: StreamKind, out: TextIO) -> None:
+    write = _writer(kind, out)
+    async for event in events:
+        name = event.event or "message"
+        if name == "end":
+            if kind is TEXT:
+                out.write("\n")
+            out.flush()
+            return
+        if name == "error":
+            detail = ErrorDetail.model_validate_json(event.data)
+            raise CallFailed(str(RemoteError.from_detail(detail)))
+        if kind is SSE_EVENTS:
+            out.write(event.encode())
+        elif name in ("header", "footer"):
+            out.write(f"{name}: {event.data}\n")
+        else:
+            write(event.data)
+        out.flush()
+    raise CallFailed(
+        str(StreamInterrupted("the stream ended before its end event: the output above is incomplete"))
+    )
+
+
+def _writer(kind: StreamKind, out: TextIO) -> Callable[[str], None]:
+    if kind is TEXT:
+
+        def write_text(data: str) -> None:
+            out.write(data)
+
+        return write_text
+    if kind is BYTES:
+        binary = getattr(out, "buffer", None)
+
+        def write_bytes(data: str) -> None:
+            raw = base64.b64decode(data)
+            if binary is not None:
+                binary.write(raw)
+                binary.flush()
+            else:
+                out.write(raw.decode(errors="replace"))
+
+        return write_bytes
+
+    def write_line(data: str) -> None:
+        out.write(data + "\n")
+
+    return write_line
+
+
+async def converse_with_entrypoint(
+    url: str,
+    lines: TextIO = sys.stdin,
+    out: TextIO = sys.stdout,
+    api_key: str | None = None,
+    idle_sec: float = 1.0,
+) -> None:
+    """Open a WebSocket to ``url``/run_remote, send each line of ``lines`` as a text message and
+    print every message that comes back as it arrives (text as a line, binary as its bytes).
+
+    Once ``lines`` ends, replies are still printed until none came for ``idle_sec`` seconds;
+    then the socket is closed. A close with 1011 (the chain failed) is a :class:`CallFailed`.
+    """
+    import asyncio
+    import threading
+
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    ws_url = "ws" + url.removeprefix("http") + "/run_remote"
+    loop = asyncio.get_running_loop()
+    typed: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def read_lines() -> None:  # a thread: reading a terminal would block the loop
+        for line in lines:
+            loop.call_soon_threadsafe(typed.put_nowait, line.rstrip("\n"))
+        loop.call_soon_threadsafe(typed.put_nowait, None)
+
+    async def send_lines(ws: Any) -> None:
+        while (line := await typed.get()) is not None:
+            await ws.send(line)
+
+    try:
+        async with connect(ws_url, additional_headers=headers, max_size=None) as ws:
+            threading.Thread(target=read_lines, daemon=True).start()
+            sender = asyncio.ensure_future(send_lines(ws))
+            try:
+                while True:
+                    wait = None if not sender.done() else idle_sec
+                    try:
+                        message = await asyncio.wait_for(ws.recv(), wait)
+                    except TimeoutError:
+                        return
+                    if isinstance(message, bytes):
+                        binary = getattr(out, "buffer", None)
+                        if binary is not None:
+                            binary.write(message)
+                            binary.flush()
+                        else:
+                            out.write(message.decode(errors="replace"))
+                    else:
+                        out.write(message + "\n")
+                    out.flush()
+            finally:
+                sender.cancel()
+    except InvalidStatus as exc:
+        body = bytes(exc.response.body or b"")
+        raise CallFailed(_describe_failure(exc.response.status_code, body)) from None
+    except ConnectionClosed as exc:
+        if exc.rcvd is not None and exc.rcvd.code in (1000, 1001):
+            return
+        code = exc.rcvd.code if exc.rcvd is not None else "none"
+        reason = exc.rcvd.reason if exc.rcvd is not None else "the connection broke without a close frame"
+        raise CallFailed(f"the WebSocket closed with code {code}: {reason}") from None
+    except OSError as exc:
+        raise CallFailed(f"could not open a WebSocket to {ws_url}: {exc}") from None
