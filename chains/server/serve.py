@@ -227,8 +227,12 @@ class _DrainingServer(uvicorn.Server):
             server.close()
         for connection in list(self.server_state.connections):
             cycle: Any = getattr(connection, "cycle", None)
-            if cycle is not None and not cycle.response_complete:
-                cycle.keep_alive = False  # the call in flight is the connection's last
+            # A call whose answer has not started is the connection's last: its headers say
+            # so. One whose headers went out already keeps the connection open: closing it
+            # after the answer would race the client's next request on it, which it still
+            # takes for reusable; that request is answered with Connection: close instead.
+            if cycle is not None and not cycle.response_started:
+                cycle.keep_alive = False
         grace = app.settings.grace_sec
         logger.info("draining: %d call(s) in flight, grace period %.0fs", app.in_flight, grace)
         deadline = time.monotonic() + grace
