@@ -268,10 +268,18 @@ def _live_state(folder: Path) -> ChainState | None:
 
 def _remove_stale_socket(folder: Path) -> None:
     """Remove the control socket of a deployment whose supervisor is gone (killed, it could
-    not remove it): one that no process listens on."""
+    not remove it): one that no process listens on, of a supervisor whose pid file names a
+    process that no longer runs. A supervisor still starting (its socket bound, not yet
+    listening) has a live pid file, and keeps its socket."""
     path = control_socket_path(folder)
     if not path.exists():
         return
+    try:
+        recorded = json.loads((folder / PID_FILE).read_text())
+        if same_process(int(recorded["pid"]), recorded.get("identity")):
+            return
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no pid file yet: it may be starting
     with closing(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)) as sock:
         try:
             sock.connect(str(path))

@@ -341,7 +341,7 @@ class RayTarget:
                 target="ray",
                 source=str(source_file),
                 entrypoint=chain.entrypoint.name,
-                entrypoint_kind=chain.entrypoint.endpoint.output_kind,
+                entrypoint_kind=chain.entrypoint.endpoint.output_kind.name,
                 python="",
                 chainlets=[
                     DeploymentChainlet(

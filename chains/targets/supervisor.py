@@ -552,9 +552,15 @@ class Supervisor:
             loop.add_signal_handler(sig, self.request_stop)
         control_path = control_socket_path(self.directory)
         control_path.unlink(missing_ok=True)  # left by a supervisor of this folder that was killed
-        server = await asyncio.start_unix_server(self._control, path=str(control_path))
-        os.chmod(control_path, 0o600)
+        # The pid file first: a command that finds the socket not answering yet takes it for
+        # stale only when this file names a process that is gone.
         self.write_pid_file()
+        # Owner-only from the moment it exists (no chmod after, which another process could race).
+        umask = os.umask(0o177)
+        try:
+            server = await asyncio.start_unix_server(self._control, path=str(control_path))
+        finally:
+            os.umask(umask)
         self.open_sockets()
         for replica in self.replicas:
             self.start(replica)

@@ -395,7 +395,7 @@ class SwarmTarget:
             target="swarm",
             source=str(source_file),
             entrypoint=chain.entrypoint.name,
-            entrypoint_kind=chain.entrypoint.endpoint.output_kind,
+            entrypoint_kind=chain.entrypoint.endpoint.output_kind.name,
             entrypoint_url=f"http://127.0.0.1:{entry_port}",
             processes=[],
         )
