@@ -73,6 +73,11 @@ THREE = '''
 
     @chains.mark_entrypoint("sw-three")
     class Entry(chains.ChainletBase):
+        # Outside callers of a deployed chain get no tracebacks unless asked: a test reads them.
+        remote_config = chains.RemoteConfig(
+            options=chains.ChainletOptions(env_variables={"CHAINS_DEBUG_ERRORS": "1"})
+        )
+
         def __init__(self, mid: Mid = chains.depends(Mid, retries=4, timeout_sec=20)) -> None:
             self._mid = mid
 

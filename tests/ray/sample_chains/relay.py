@@ -49,7 +49,12 @@ class Middle(chains.ChainletBase):
 class Front(chains.ChainletBase):
     """Streams Middle's words back, bracketed, then their count."""
 
-    remote_config = chains.RemoteConfig(compute=FRONT, assets=chains.Assets(secret_keys=["relay_signature"]))
+    # Outside callers of a deployed chain get no tracebacks unless asked: the test reads every hop's.
+    remote_config = chains.RemoteConfig(
+        compute=FRONT,
+        assets=chains.Assets(secret_keys=["relay_signature"]),
+        options=chains.ChainletOptions(env_variables={"CHAINS_DEBUG_ERRORS": "1"}),
+    )
 
     def __init__(
         self,
