@@ -546,7 +546,7 @@ class DockerTarget:
                 for line in engine.log_lines(container, False, lines):
                     yield f"{label} | {line}"
             return
-        yield from _merged(engine, labelled, lines)
+        yield from merge_followed([(label, engine.log_lines(c, True, lines)) for label, c in labelled])
 
     def stop(self, state: ChainState, grace: float) -> None:
         """Stop (SIGTERM, then ``grace`` seconds to drain) and remove every container of the
@@ -589,19 +589,22 @@ class DockerTarget:
             )
 
 
-def _merged(engine: Engine, labelled: list[tuple[str, Container]], lines: int) -> Iterator[str]:
-    """Follow several containers' logs at once, each line prefixed with its replica's label."""
+def merge_followed(streams: list[tuple[str, Iterator[str]]]) -> Iterator[str]:
+    """The lines of several followed log streams as they come, each prefixed with its label.
+
+    Each stream is read in a thread of its own, since a followed log blocks until its next line.
+    """
     lines_queue: queue.Queue[str] = queue.Queue(maxsize=10_000)
     done = threading.Event()
 
-    def pump(label: str, container: Container) -> None:
+    def pump(label: str, stream: Iterator[str]) -> None:
         with contextlib.suppress(Exception):
-            for line in engine.log_lines(container, True, lines):
+            for line in stream:
                 if done.is_set():
                     return
                 lines_queue.put(f"{label} | {line}")
 
-    threads = [threading.Thread(target=pump, args=item, daemon=True) for item in labelled]
+    threads = [threading.Thread(target=pump, args=item, daemon=True) for item in streams]
     for thread in threads:
         thread.start()
     try:

@@ -27,12 +27,10 @@ import contextlib
 import hashlib
 import json
 import os
-import queue
 import secrets
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,7 +46,7 @@ from chains.targets.compose import (
     swarm_document,
     swarm_secret_variables,
 )
-from chains.targets.docker import DockerTarget
+from chains.targets.docker import DockerTarget, merge_followed
 from chains.targets.docker_engine import Engine, connect
 from chains.targets.state import (
     ChainletProcess,
@@ -482,7 +480,7 @@ class SwarmTarget:
                 for line in _log_lines(service, False, lines):
                     yield f"{name} | {line}"
             return
-        yield from _merged(found, lines)
+        yield from merge_followed([(name, _log_lines(service, True, lines)) for name, service in found])
 
     def stop(self, state: ChainState, grace: float) -> None:
         """Remove the chain's services (each task gets SIGTERM and its stop grace period to
@@ -677,26 +675,3 @@ def _log_lines(service: Any, follow: bool, lines: int) -> Iterator[str]:
             yield line.decode(errors="replace").rstrip("\r")
     if pending:
         yield pending.decode(errors="replace")
-
-
-def _merged(found: list[tuple[str, Any]], lines: int) -> Iterator[str]:
-    """Follow several services' logs at once, each line prefixed with its chainlet."""
-    lines_queue: queue.Queue[str] = queue.Queue(maxsize=10_000)
-    done = threading.Event()
-
-    def pump(name: str, service: Any) -> None:
-        with contextlib.suppress(Exception):
-            for line in _log_lines(service, True, lines):
-                if done.is_set():
-                    return
-                lines_queue.put(f"{name} | {line}")
-
-    threads = [threading.Thread(target=pump, args=item, daemon=True) for item in found]
-    for thread in threads:
-        thread.start()
-    try:
-        while any(t.is_alive() for t in threads) or not lines_queue.empty():
-            with contextlib.suppress(queue.Empty):
-                yield lines_queue.get(timeout=0.2)
-    finally:
-        done.set()
