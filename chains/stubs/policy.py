@@ -39,7 +39,7 @@ from chains.limits import CallLimit
 from chains.rpc_options import StubOptions
 from chains.server.metrics import DependencyCall, Metrics
 from chains.stubs.aiohttp_transport import AiohttpTransport
-from chains.stubs.transport import AsyncTransport, ByteStream, SyncTransport, TransportError
+from chains.stubs.transport import AsyncTransport, ByteStream, Response, SyncTransport, TransportError
 
 if TYPE_CHECKING:
     from chains.tracing.spans import ClientAttempt
@@ -229,6 +229,10 @@ class CallPolicy:
             raise DeadlineExceeded(f"{self.name} did not answer within {timeout:.3g}s ({url})") from None
         except TransportError as exc:
             raise _Retryable(f"{self.name} at {url}: {exc}", connection=True) from exc
+        return self._answer(response, url, decode)
+
+    def _answer(self, response: Response, url: str, decode: Decode) -> Any:
+        """The decoded result of a unary answer, or the failure it is (async and sync alike)."""
         _note_answer(response.status, len(response.body))
         if response.status == 200:
             return self._result(response.body, decode)
@@ -272,10 +276,7 @@ class CallPolicy:
             raise DeadlineExceeded(f"{self.name} did not answer within {timeout:.3g}s ({url})") from None
         except TransportError as exc:
             raise _Retryable(f"{self.name} at {url}: {exc}", connection=True) from exc
-        _note_answer(response.status, len(response.body))
-        if response.status == 200:
-            return self._result(response.body, decode)
-        raise self._failure(response.status, response.body, response.headers.get("retry-after"), url)
+        return self._answer(response, url, decode)
 
     async def _chunks(self, stream: ByteStream, received: list[int]) -> AsyncIterator[bytes]:
         """The body as it arrives, counted in ``received[0]``; a connection that breaks is an
