@@ -216,7 +216,14 @@ def generate(
 @click.option("--entrypoint", metavar="NAME", help="The entrypoint chainlet, if none is marked.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Where to write.")
 def client(file: str, entrypoint: str | None, out_dir: str) -> None:
-    """Generate a typed client package of the entrypoint into --out (needs only pydantic, httpx)."""
+    """Generate a typed client package of the entrypoint into --out (needs only pydantic, httpx).
+
+    \b
+    Examples:
+      chains client chain.py --out chain-client
+      chains client examples/streaming/chain.py --out streaming-client
+      pip install --no-deps chains-sdk ./streaming-client
+    """
     from codegen.clientgen import generate_client
 
     chain = _guarded(lambda: load_chain(file, entrypoint))

@@ -451,7 +451,8 @@ class ChainletApp:
             if not gone:
                 raise
             task.uncancel()
-            return 499
+            stream = _STREAM_COUNT.get(None)
+            return 200 if stream is not None and stream.ended else 499
         finally:
             starting.cancel()
             if watcher:
@@ -622,6 +623,9 @@ class _StreamCount:
 
     items: int = 0
     failed: bool = False
+    # The producer has ended (finished or raised): the call's outcome is settled, and a client
+    # that leaves while the last chunks are flushed has not cut it short.
+    ended: bool = False
 
 
 _STREAM_COUNT: contextvars.ContextVar[_StreamCount | None] = contextvars.ContextVar("chains_stream_count")
@@ -639,9 +643,10 @@ async def _counted(source: AsyncIterator[Any]) -> AsyncIterator[Any]:
             try:
                 item = await anext(source)
             except StopAsyncIteration:
+                count.ended = True
                 return
             except Exception:
-                count.failed = True
+                count.failed = count.ended = True
                 raise
             count.items += 1
             # The yield stays outside the try: what the consumer throws in is not the producer's.

@@ -294,7 +294,7 @@ def test_watch_pushes_a_changed_chainlet_again(engine: Any, cli: Cli, tmp_path: 
 
     try:
         lines = wait_for("watching", 300)
-        url = next(line.split()[-1] for line in lines if line.startswith("entrypoint: "))
+        url = next(line.split()[1] for line in lines if line.startswith("entrypoint: "))
         assert httpx.post(f"{url}/run_remote", json={"text": "Mixed"}, timeout=10).json() == "MIXED"
         file.write_text(file.read_text().replace("text.upper()", "text.lower()"))
         changed = wait_for("[watch] change seen", 300)[-1]
