@@ -452,6 +452,7 @@ def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
         f"chain {state.chain!r} is running (target {state.target})\n{table}\n"
         f"entrypoint: {state.entrypoint_url}  (its API, with a form to try it: {state.entrypoint_url}/docs)\n"
         f"try: {curl}\n"
+        f"see it at work (graph, metrics, traces, logs) in a browser: chains ui {state.chain}\n"
         f"stop it with: chains stop {state.chain}"
     )
 

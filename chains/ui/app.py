@@ -28,7 +28,17 @@ from urllib.parse import parse_qs, quote
 import httpx
 
 from chains.graph import to_svg
-from chains.server.asgi import Receive, Scope, Send, header_map, read_body, send_bytes, send_json
+from chains.server.asgi import (
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    header_map,
+    read_body,
+    send_bytes,
+    send_json,
+)
 from chains.targets.state import chain_dir, iter_logs
 from chains.tracing import store
 from chains.ui.history import MetricsHistory, parse_metrics
@@ -328,8 +338,10 @@ class DashboardApp:
             return
         try:
             body = await read_body(receive, _MAX_CALL_BODY, headers.get("content-length"))
-        except Exception:
+        except BodyTooLarge:
             await send_json(send, 413, {"detail": f"the arguments are over {_MAX_CALL_BODY} bytes"})
+            return
+        except ClientGone:
             return
         assert self._client is not None
         url = f"{self.view.state.entrypoint_url.rstrip('/')}/run_remote"
@@ -344,21 +356,34 @@ class DashboardApp:
         except httpx.HTTPError as exc:
             await send_json(send, 502, {"detail": f"the entrypoint at {url} does not answer: {exc}"})
             return
-        try:
-            kept = [
-                (name.encode("latin-1"), value.encode("latin-1"))
-                for name, value in response.headers.items()
-                if name.lower() in ("content-type", "x-chains-request-id")
-            ]
+        kept = [
+            (name.encode("latin-1"), value.encode("latin-1"))
+            for name, value in response.headers.items()
+            if name.lower() in ("content-type", "x-chains-request-id")
+        ]
+
+        async def forward() -> None:
             await send({"type": "http.response.start", "status": response.status_code, "headers": kept})
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            try:
+                async for chunk in response.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError:
+                pass  # the entrypoint went away mid-stream: the answer ends where it was cut
             await send({"type": "http.response.body", "body": b""})
-        except (httpx.HTTPError, OSError):
-            # The entrypoint or the page went away mid-stream: the answer ends where it was cut.
-            with contextlib.suppress(Exception):
-                await send({"type": "http.response.body", "body": b""})
+
+        async def page_left() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        # A page that leaves (closed, reloaded) ends the call upstream too, so the chain stops
+        # streaming to nobody.
+        forwarding, leaving = asyncio.create_task(forward()), asyncio.create_task(page_left())
+        try:
+            await asyncio.wait({forwarding, leaving}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            for task in (forwarding, leaving):
+                task.cancel()
+            await asyncio.gather(forwarding, leaving, return_exceptions=True)
             await response.aclose()
 
 

@@ -100,7 +100,9 @@ class MetricsHistory:
         """One poll of every replica: ``(chainlet, source, counters)``, None for a replica
         that did not answer (its chainlet still gets a point from the others)."""
         totals: dict[str, list[float]] = {}
+        polled = set()
         for chainlet, source, counters in reads:
+            polled.add((chainlet, source))
             total = totals.setdefault(chainlet, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
             if counters is None:
                 continue
@@ -115,6 +117,8 @@ class MetricsHistory:
             total[2] += _delta(counters.latency_sum, before.latency_sum)
             total[3] += _delta(counters.latency_count, before.latency_count)
             total[5] = max(total[5], at - previous[0])
+        # Replicas gone from the chain (a re-push, fewer replicas) are forgotten.
+        self._last = {key: value for key, value in self._last.items() if key in polled}
         for chainlet, (calls, errors, latency_sum, latency_count, in_flight, span) in totals.items():
             points = self._points.setdefault(chainlet, deque(maxlen=self.keep))
             points.append(

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.browser_support import API_KEY, REPO
+from tests.browser_support import API_KEY, REPO, metric
 from tests.helpers import wait_until
 
 CHAIN_FILE = Path(__file__).with_name("chains") / "dashboard.py"
@@ -226,6 +226,30 @@ def test_the_api_key_is_required(dashboard: str) -> None:
     assert login.status_code == 303 and "HttpOnly" in login.headers["set-cookie"]
     with httpx.Client(follow_redirects=True) as client:
         assert "chains dashboard" in client.get(dashboard).text
+
+
+def test_a_caller_leaving_a_try_it_stream_ends_it_in_the_chain(
+    dashboard: str, dashboard_chain: Any, tmp_path: Path
+) -> None:
+    entry_metrics = f"{dashboard_chain.entrypoint_url}/metrics"
+    key = {"authorization": f"Bearer {API_KEY}"}
+
+    def cancelled() -> float:
+        return metric(httpx.get(entry_metrics, headers=key).text, "chains_streams_cancelled_total")
+
+    before = cancelled()
+    never = str(tmp_path / "never-created")  # the generator holds its second word until this exists
+    arguments = {"prompt": "first second", "release": never}
+    headers = {**key, "accept": "text/event-stream"}
+    with httpx.stream("POST", f"{_origin(dashboard)}/api/call", json=arguments, headers=headers) as answer:
+        assert answer.status_code == 200
+        seen = ""
+        for chunk in answer.iter_text():
+            seen += chunk
+            if "<first>" in seen:
+                break
+    # The page's connection is gone: the dashboard ends its call to the entrypoint, whose stream stops.
+    wait_until(lambda: cancelled() == before + 1, 20, "the entrypoint counts the stream as cancelled")
 
 
 def test_other_host_names_are_refused(dashboard: str) -> None:

@@ -87,3 +87,12 @@ def test_history_keeps_only_the_last_points() -> None:
 def test_keep_must_be_positive() -> None:
     with pytest.raises(ValueError, match="keep must be at least 1"):
         MetricsHistory(keep=0)
+
+
+def test_a_replica_gone_from_a_poll_starts_afresh_when_it_is_back() -> None:
+    history = MetricsHistory()
+    history.record_poll(0.0, [("A", "r0", Counters(calls=1)), ("A", "r1", Counters(calls=1))])
+    history.record_poll(1.0, [("A", "r0", Counters(calls=2))])  # r1 left the chain (a re-push)
+    history.record_poll(2.0, [("A", "r0", Counters(calls=3)), ("A", "r1", Counters(calls=100))])
+    # r1's 100 calls are not from this interval: its first read again has nothing to compare with.
+    assert history.series()["A"][-1].rate == 1.0
