@@ -122,12 +122,18 @@ def test_the_page_shows_every_chainlet_and_loads_nothing_off_the_loopback(
     graph_text = page.inner_text("#graph")
     assert "generator: retries 2, timeout 40s" in graph_text
     assert "counter: retries 1, timeout 5s" in graph_text
-    assert "concurrency 8" in graph_text
+    assert "concurrency 8, 2 replicas" in graph_text
+    # One row per replica, every one ready.
     _wait(
         page,
         "[...document.querySelectorAll('#chainlets tbody tr .state')].filter(c => c.textContent === 'ready')"
-        f".length === {len(CHAINLETS)}",
+        f".length === {len(CHAINLETS) + 1}",
     )
+    rows = page.evaluate(
+        "[...document.querySelectorAll('#chainlets tbody tr')]"
+        ".map(r => r.dataset.chainlet + r.dataset.replica)"
+    )
+    assert sorted(rows) == ["Counter0", "Entry0", "Generator0", "Generator1"]
     page.wait_for_selector("#try-fields [data-field=prompt]")
     # The entrypoint's log tail (the first chainlet of the list) with its start-up line.
     _wait(page, "document.querySelector('#log-lines').textContent.includes('chainlet Entry is ready')")
@@ -202,8 +208,12 @@ def test_traces_charts_and_logs_show_the_calls(
     page.click("#try-run")
     _wait(page, "document.querySelector('#try-status').dataset.phase === 'done'")
     assert page.inner_text("#try-output") == "<a><dashboard><for><every><chain> [5 words]"
+    # The newest trace, drawn as it arrives, is that call's.
+    request_id = page.inner_text("#try-status").rsplit("request ", 1)[1].strip()
+    _wait(page, f"document.querySelector('#waterfall').textContent.includes('request {request_id}')")
     page.select_option("#log-chainlet", "Generator")
-    _wait(page, "document.querySelector('#log-lines').dataset.chainlet === 'Generator'")
+    # Generator's log tail (both replicas) holds the line of that call.
+    _wait(page, f"document.querySelector('#log-lines').textContent.includes('rid={request_id}')")
     page.screenshot(path=str(artifacts / "dashboard.png"), full_page=True)
     if os.environ.get("CHAINS_DOCS_SCREENSHOTS") == "1":
         target = REPO / "docs" / "images" / "dashboard.png"

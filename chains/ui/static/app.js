@@ -4,7 +4,7 @@
 const COLORS = ["#1f5fbf", "#d9622b", "#2e9d5b", "#8e44ad", "#c0392b", "#16a0a0", "#7f8c8d", "#b7950b"];
 const SVG_NS = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
-const state = { overview: null, colors: {}, selectedTrace: null, tracesSeen: "", logChainlet: null, formReady: false };
+const state = { overview: null, colors: {}, selectedTrace: null, pinnedTrace: false, tracesSeen: "", logChainlet: null, formReady: false };
 
 async function getJSON(path) {
   const response = await fetch(path, { credentials: "same-origin" });
@@ -166,10 +166,15 @@ async function refreshTraces() {
       `${t.duration_ms.toFixed(1)} ms  ${t.spans} spans  ${t.services.join(", ")}` + (t.errors ? `  ${t.errors} error(s)` : ""));
     if (t.errors) item.classList.add("error");
     if (t.trace_id === state.selectedTrace) item.classList.add("selected");
-    item.addEventListener("click", () => showTrace(t.trace_id));
+    item.addEventListener("click", () => { state.pinnedTrace = true; showTrace(t.trace_id); });
     return item;
   }));
-  if (traces.length && !traces.some((t) => t.trace_id === state.selectedTrace)) await showTrace(traces[0].trace_id);
+  // The newest trace is drawn as it comes, until one is clicked (while it stays in the list).
+  const kept = traces.some((t) => t.trace_id === state.selectedTrace);
+  if (traces.length && (!kept || !state.pinnedTrace)) {
+    state.pinnedTrace = false;
+    await showTrace(traces[0].trace_id);
+  }
 }
 
 async function showTrace(traceId) {

@@ -1,4 +1,5 @@
-"""Three chainlets and a streaming entrypoint, for the dashboard's browser tests.
+"""Three chainlets (one of them in two replicas) and a streaming entrypoint, for the
+dashboard's browser tests.
 
 ``Entry`` streams ``Generator``'s tokens as text, then ``Counter``'s count of them. With
 ``release`` set, the generator sends its first token and then waits (bounded) until that file
@@ -16,7 +17,7 @@ GATE_WAIT_SEC = 30.0
 
 
 class Generator(chains.ChainletBase):
-    remote_config = chains.RemoteConfig(compute=chains.Compute(concurrency=8))
+    remote_config = chains.RemoteConfig(compute=chains.Compute(concurrency=8, replicas=2))
 
     async def run_remote(self, prompt: str, release: str = "") -> AsyncIterator[str]:
         for index, word in enumerate(prompt.split() or ["..."]):
