@@ -58,7 +58,10 @@ def serve_dashboard(
     try:
         view = ChainView(name)
         app = DashboardApp(view, port=sock.getsockname()[1])
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+        # A try-it stream still open on Ctrl-C is cut after a moment rather than waited for.
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=2
+        )
         server = uvicorn.Server(config)
         announce(dashboard_url(sock, view.deployment.api_key))
         server.run(sockets=[sock])

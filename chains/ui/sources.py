@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chains.deploy import find_state
 from chains.errors import ChainsUsageError
 from chains.graph import ChainGraph, Edge, Node
 from chains.targets.state import ChainState, Deployment, chain_dir, same_process
@@ -67,8 +68,8 @@ def graph_of(deployment: Deployment) -> ChainGraph:
             )
         )
         for dep in described.get("dependencies", []):
-            edges.append(
-                Edge(
+            try:
+                edge = Edge(
                     caller=chainlet.name,
                     callee=str(dep["chainlet"]),
                     param=str(dep["param"]),
@@ -76,7 +77,9 @@ def graph_of(deployment: Deployment) -> ChainGraph:
                     timeout_sec=float(dep["timeout_sec"]),
                     concurrency_limit=dep.get("concurrency_limit"),
                 )
-            )
+            except (KeyError, TypeError, ValueError):
+                continue  # a descriptor from another generator version: the call is left undrawn
+            edges.append(edge)
     known = {node.name for node in nodes}
     return ChainGraph(deployment.chain, tuple(nodes), tuple(e for e in edges if e.callee in known))
 
@@ -86,16 +89,13 @@ class ChainView:
     graph and key, read again whenever a push replaces the deployment."""
 
     def __init__(self, name: str) -> None:
-        from chains.deploy import find_state
-
         self.name = name
-        self._find_state = find_state
         self.state = find_state(name)
         self.deployment = read_deployment(self.state)
 
     def refresh(self) -> ChainState:
         """The state now; the deployment too when it changed."""
-        state = self._find_state(self.name)
+        state = find_state(self.name)
         if state.deployment != self.deployment.id:
             self.deployment = read_deployment(state)
         self.state = state
