@@ -452,6 +452,7 @@ def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
         f"chain {state.chain!r} is running (target {state.target})\n{table}\n"
         f"entrypoint: {state.entrypoint_url}  (its API, with a form to try it: {state.entrypoint_url}/docs)\n"
         f"try: {curl}\n"
+        f"see it at work (graph, metrics, traces, logs) in a browser: chains ui {state.chain}\n"
         f"stop it with: chains stop {state.chain}"
     )
 
@@ -758,6 +759,40 @@ def trace(name: str, request_id: str | None, limit: int, as_json: bool) -> None:
         click.echo(json.dumps([s.to_json() for s in spans], indent=2))
     else:
         print_waterfall(console, spans)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--port", type=int, default=0, help="The port on the loopback (default: any free one).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="A loopback address to listen on; any other is refused (the page is for this machine only).",
+)
+def ui(name: str, port: int, host: str) -> None:
+    """Serve a web page of running chain NAME on this machine: its graph, states, live
+    metrics, traces, logs and a form to call it.
+
+    \b
+    The page answers requests from this machine only; when the chain has an API key, the URL
+    printed holds it, and the page asks for it.
+
+    \b
+    Examples:
+      chains ui my-chain
+      chains ui my-chain --port 8765
+    """
+    from chains.ui.serve import serve_dashboard
+
+    def announce(url: str) -> None:
+        click.echo(f"dashboard of chain {name!r}: {url}  (Ctrl-C to stop)")
+        sys.stdout.flush()
+
+    try:
+        _guarded(lambda: serve_dashboard(name, host, port, announce))
+    except KeyboardInterrupt:
+        return
 
 
 @main.command()

@@ -23,6 +23,7 @@ NOT_FOR_IMPORT = (
     "chains.local",
     "chains.stubs",
     "chains.targets",
+    "chains.ui",
     "click",
     "codegen",
     "docker",

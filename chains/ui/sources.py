@@ -1,0 +1,150 @@
+"""What the dashboard shows of a running chain, read from where chains keeps it: the state the
+supervisor writes, the deployment ``chains push`` wrote (its generated ``chainlet.json``
+descriptors give the graph without importing the chain's code), the logs and the trace store."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chains.deploy import find_state
+from chains.errors import ChainsUsageError
+from chains.graph import ChainGraph, Edge, Node
+from chains.targets.state import ChainState, Deployment, chain_dir, same_process
+
+__all__ = ["ChainView", "DeploymentInfo", "graph_of", "read_deployment", "tail"]
+
+DESCRIPTOR = "chainlet.json"  # written by the generator into each chainlet's folder
+
+
+@dataclass(frozen=True)
+class DeploymentInfo:
+    """What the dashboard needs of one deployment: its graph and the entrypoint's API key."""
+
+    id: str
+    graph: ChainGraph
+    api_key: str | None
+
+
+def read_deployment(state: ChainState) -> DeploymentInfo:
+    """The deployment ``state`` runs; a clear error when its files are gone or unreadable."""
+    folder = chain_dir(state.chain) / "deployments" / state.deployment
+    try:
+        deployment = Deployment.model_validate_json((folder / "deployment.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ChainsUsageError(
+            f"cannot read the deployment of chain {state.chain!r} in {folder} ({exc}); push the chain again"
+        ) from None
+    key = next((c.env.get("CHAINS_API_KEY") for c in deployment.chainlets if c.is_entrypoint), None)
+    return DeploymentInfo(deployment.id, graph_of(deployment), key or None)
+
+
+def graph_of(deployment: Deployment) -> ChainGraph:
+    """The chain's graph from the descriptors the generator wrote (entrypoint first, as
+    ``chains graph`` draws it); a chainlet whose descriptor is unreadable is drawn alone."""
+    descriptors: dict[str, dict[str, Any]] = {}
+    for chainlet in deployment.chainlets:
+        try:
+            descriptors[chainlet.name] = json.loads((Path(chainlet.directory) / DESCRIPTOR).read_text())
+        except (OSError, ValueError):
+            descriptors[chainlet.name] = {}
+    order = sorted(deployment.chainlets, key=lambda c: not c.is_entrypoint)
+    nodes = []
+    edges = []
+    for chainlet in order:
+        described = descriptors[chainlet.name]
+        compute = described.get("options", {}).get("compute", {})
+        nodes.append(
+            Node(
+                name=chainlet.name,
+                entrypoint=chainlet.is_entrypoint,
+                endpoint=str(described.get("endpoint", {}).get("signature", "run_remote(...)")),
+                concurrency=int(compute.get("concurrency", 0)),
+                replicas=chainlet.replicas,
+                gpu=compute.get("gpu"),
+            )
+        )
+        for dep in described.get("dependencies", []):
+            try:
+                edge = Edge(
+                    caller=chainlet.name,
+                    callee=str(dep["chainlet"]),
+                    param=str(dep["param"]),
+                    retries=int(dep["retries"]),
+                    timeout_sec=float(dep["timeout_sec"]),
+                    concurrency_limit=dep.get("concurrency_limit"),
+                )
+            except (KeyError, TypeError, ValueError):
+                continue  # a descriptor from another generator version: the call is left undrawn
+            edges.append(edge)
+    known = {node.name for node in nodes}
+    return ChainGraph(deployment.chain, tuple(nodes), tuple(e for e in edges if e.callee in known))
+
+
+class ChainView:
+    """One chain as the dashboard polls it: its current state, and its deployment's
+    graph and key, read again whenever a push replaces the deployment."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.state = find_state(name)
+        self.deployment = read_deployment(self.state)
+
+    def refresh(self) -> ChainState:
+        """The state now; the deployment too when it changed."""
+        state = find_state(self.name)
+        if state.deployment != self.deployment.id:
+            self.deployment = read_deployment(state)
+        self.state = state
+        return state
+
+    def overview(self) -> dict[str, Any]:
+        """The chain's state as the page shows it, per replica."""
+        state = self.state
+        processes = []
+        for p in state.processes:
+            alive = same_process(p.pid, p.identity) if state.target == "local" else p.state == "ready"
+            shown = p.state if alive or p.state in ("failed", "stopped", "restarting") else "gone"
+            processes.append(
+                {
+                    "chainlet": p.chainlet,
+                    "replica": p.replica,
+                    "url": p.url,
+                    "pid": p.pid,
+                    "state": shown,
+                    "restarts": p.restarts,
+                    "started_at": p.started_at,
+                    "last_exit": p.last_exit,
+                }
+            )
+        return {
+            "chain": state.chain,
+            "target": state.target,
+            "deployment": state.deployment,
+            "entrypoint": state.entrypoint,
+            "entrypoint_kind": state.entrypoint_kind,
+            "entrypoint_url": state.entrypoint_url,
+            "supervisor_alive": state.alive,
+            "updated_at": state.updated_at,
+            "processes": processes,
+        }
+
+
+def tail(path: Path, lines: int, max_bytes: int = 64 * 1024) -> list[str]:
+    """The last ``lines`` lines of ``path``, reading at most its last ``max_bytes`` (a log
+    may be large; the page shows its end)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            start = max(0, size - max_bytes)
+            handle.seek(start)
+            data = handle.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace").splitlines()
+    if start > 0 and text:
+        text = text[1:]  # the first line was cut by the seek
+    return text[-lines:] if lines > 0 else []
