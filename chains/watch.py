@@ -5,12 +5,15 @@ It ends on Ctrl-C, SIGTERM or SIGHUP (the terminal closing) and stops the chain 
 Each change is checked and generated in a fresh interpreter (so edits to modules the chain
 file imports are seen too). A chain that fails its checks keeps the running version. Only
 chainlets whose generated code changed are replaced, new process before old, on the same
-port, so calls keep being answered.
+port, so calls keep being answered. One save is one change, reported once: the folder must
+rest a moment before a change counts, editors' swap and backup files are no source, and a
+file written again with the same content changes nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import signal
 import subprocess
@@ -25,22 +28,60 @@ from chains.deploy import find_state, stop_chain
 from chains.targets.local import control
 from chains.targets.state import chain_dir
 
-__all__ = ["snapshot", "watch"]
+__all__ = ["contents", "snapshot", "watch"]
 
 
-def snapshot(folder: Path) -> dict[str, float]:
-    """Modification times of the files under ``folder`` that make up the chain's source: the
-    files a push copies, so that the state folder (whose logs change all the time, and where
-    each reload writes) or a virtualenv inside the folder never triggers a reload."""
+# How often the folder is looked at; how long it must stay unchanged before a change counts
+# (an editor's save, a formatter run on save, a checkout: many writes, one change); and the
+# longest a change is waited for to settle.
+_POLL_SEC = 0.3
+_SETTLE_SEC = 0.3
+_SETTLE_MAX_SEC = 5.0
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Modification time and size of each file under ``folder`` that makes up the chain's
+    source: the files a push copies, so that the state folder (whose logs change all the time,
+    and where each reload writes), a virtualenv inside the folder or an editor's swap files
+    never trigger a reload."""
     from codegen.ignore import source_files
 
-    times: dict[str, float] = {}
+    times: dict[str, tuple[int, int]] = {}
     for _, path in source_files(folder):
         try:
-            times[str(path)] = path.stat().st_mtime
+            stat = path.stat()
         except FileNotFoundError:  # removed meanwhile: the next snapshot sees it gone
             continue
+        times[str(path)] = (stat.st_mtime_ns, stat.st_size)
     return times
+
+
+def contents(folder: Path) -> dict[str, str]:
+    """A digest of each source file's content: a save that changed nothing (or a ``touch``)
+    moves a modification time, and is no edit."""
+    from codegen.ignore import source_files
+
+    digests: dict[str, str] = {}
+    for rel, path in source_files(folder):
+        try:
+            digests[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except FileNotFoundError:
+            continue
+    return digests
+
+
+def _settled(folder: Path, seen: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """The folder's snapshot once it stopped changing for a moment: one save often writes
+    several times (a truncate then the text, a backup then the file, a formatter after the
+    editor)."""
+    deadline = time.monotonic() + _SETTLE_MAX_SEC
+    while time.monotonic() < deadline:
+        time.sleep(_SETTLE_SEC)
+        now = snapshot(folder)
+        if now == seen:
+            break
+        seen = now
+    return seen
 
 
 def _descriptors(generated: Path) -> dict[str, dict[str, object]]:
@@ -129,17 +170,21 @@ def watch(file: Path, chain: Chain, *, entrypoint: str | None = None) -> None:
     stop the chain: nothing it started outlives it."""
     folder = file.resolve().parent
     before = snapshot(folder)
+    deployed = contents(folder)
     generation = 0
     previous = {sig: signal.signal(sig, _hang_up) for sig in (signal.SIGHUP, signal.SIGTERM)}
     try:
         click.echo(f"watching {folder} for changes (Ctrl-C stops the chain)")
         while True:
-            time.sleep(0.3)
+            time.sleep(_POLL_SEC)
             now = snapshot(folder)
             if now == before:
                 continue
-            time.sleep(0.2)  # let an editor finish writing
-            before = snapshot(folder)
+            before = _settled(folder, now)
+            content = contents(folder)
+            if content == deployed:
+                continue  # written again as it was: nothing to reload, nothing to say
+            deployed = content
             generation += 1
             click.echo(f"[watch] change seen: {redeploy(file, chain.name, entrypoint, generation)}")
     except (KeyboardInterrupt, _Hangup):

@@ -11,8 +11,10 @@ Some directories are never source, whatever the rules say: version control (``.g
 ``.hg``, ``.svn``), tool caches, any virtual environment (a folder holding ``pyvenv.cfg``, or
 ``conda-meta/`` for conda), any folder tagged as a cache (``CACHEDIR.TAG``), the state
 folder of ``chains push`` (``$CHAINS_HOME``, tagged so too) under whatever name it has, and
-chainlets generated earlier (a folder holding their ``chainlet.json``). What is left is
-capped (:func:`check_source_size`): every chainlet gets a copy.
+chainlets generated earlier (a folder holding their ``chainlet.json``). Neither are the
+files editors keep beside the one being edited (swap files, backups, lock files, the temporary
+file of a safe write): they come and go as a person types, and would otherwise change every
+chainlet's code. What is left is capped (:func:`check_source_size`): every chainlet gets a copy.
 
 >>> rules = IgnoreRules.parse(["*.log", "build/", "!keep.log"])
 >>> rules.ignores("a/run.log", is_dir=False), rules.ignores("keep.log", is_dir=False)
@@ -43,6 +45,7 @@ __all__ = [
     "MAX_SOURCE_ENV",
     "IgnoreRules",
     "check_source_size",
+    "editor_temporary",
     "max_source_bytes",
     "never_source",
     "source_files",
@@ -75,6 +78,13 @@ ALWAYS_SKIPPED = frozenset(
 # the copy; chains tags its own state folder with it.
 CACHEDIR_TAG = "CACHEDIR.TAG"
 CACHEDIR_TAG_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
+
+# What editors write beside a file while it is edited and saved: vim's swap files (.x.swp, .swo,
+# ..., its .swx probe) and write probe (4913), backups (x~), emacs's autosave (#x#) and lock
+# (.#x), JetBrains' safe write (x___jb_tmp___, x___jb_old___), Kate's swap, gedit's temporary.
+_EDITOR_TEMPORARY = re.compile(
+    r"\..+\.sw[a-px]|4913|.+~|#.+#|\.#.+|.+___jb_(?:tmp|old)___|\..+\.kate-swp|\.goutputstream-.+"
+)
 
 MAX_SOURCE_ENV = "CHAINS_MAX_SOURCE_MB"
 DEFAULT_MAX_SOURCE_MB = 100
@@ -204,6 +214,15 @@ def never_source(directory: Path) -> bool:
         return False
 
 
+def editor_temporary(name: str) -> bool:
+    """Whether a file called ``name`` is an editor's swap, backup, lock or temporary file.
+
+    >>> editor_temporary(".chain.py.swp"), editor_temporary("chain.py~"), editor_temporary("chain.py")
+    (True, True, False)
+    """
+    return _EDITOR_TEMPORARY.fullmatch(name) is not None
+
+
 def _state_folder() -> Path:
     # The rule of chains.targets.state.chains_home, which sits above the generator: the
     # current state folder is skipped by its path too, before any push has tagged it.
@@ -240,7 +259,9 @@ def source_files(folder: Path, *, skip: Iterable[Path] = ()) -> list[tuple[str, 
         dirs[:] = sorted(kept_dirs)
         for name in files:
             path = base / name
-            if path.is_file() and not rules.ignores(prefix + name, is_dir=False):
+            if editor_temporary(name) or not path.is_file():
+                continue
+            if not rules.ignores(prefix + name, is_dir=False):
                 found.append((prefix + name, path))
     return sorted(found)
 

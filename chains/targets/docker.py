@@ -33,16 +33,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chains import progress
 from chains.checks import Chain, ChainletSpec
 from chains.config import Compute
 from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.progress import Board, Stage
 from chains.targets import PushOptions, running_target
 from chains.targets.docker_engine import Build, Engine, connect, describe_state
 from chains.targets.images import image_name
@@ -78,6 +80,23 @@ LABEL = "chains.chain"
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+# A container's health as a board shows it.
+_STAGES = {"ready": Stage.DONE, "failed": Stage.FAILED, "gone": Stage.FAILED}
+_SHOWN = {"ready": "healthy"}
+
+
+def _steps(board: Board, chainlet: str) -> Callable[[str], None]:
+    return lambda line: board.step(chainlet, line)
+
+
+def _built(board: Board, chainlet: str) -> Callable[[Future[str]], None]:
+    def done(future: Future[str]) -> None:
+        failed = future.cancelled() or future.exception() is not None
+        board.update(chainlet, Stage.FAILED if failed else Stage.DONE, "failed" if failed else "built")
+
+    return done
 
 
 @dataclass
@@ -206,9 +225,13 @@ class DockerTarget:
         started = time.monotonic()
         names = ", ".join(b.chainlet for _, b in builds)
         self.log(f"building {len(builds)} image(s): {names}")
-        with ThreadPoolExecutor(max_workers=_BUILD_WORKERS, thread_name_prefix="chains-build") as pool:
+        board = progress.board(title="building the images", log=self.log)
+        pool = ThreadPoolExecutor(max_workers=_BUILD_WORKERS, thread_name_prefix="chains-build")
+        with board, pool:
             for wave in (list(leaders.values()), rest):
-                futures = [pool.submit(engine.build, b, self._prefixed(b.chainlet), deadline) for b in wave]
+                futures = [pool.submit(engine.build, b, _steps(board, b.chainlet), deadline) for b in wave]
+                for build, future in zip(wave, futures, strict=True):
+                    future.add_done_callback(_built(board, build.chainlet))
                 errors = [f.exception() for f in futures]  # waits for every build of the wave
                 failed = [e for e in errors if e is not None]
                 if failed:
@@ -351,6 +374,12 @@ class DockerTarget:
 
     def _run(self, engine: Engine, replicas: list[_Replica], deadline: float, timeout: float) -> None:
         """Start ``replicas`` and wait until the engine reports every one healthy."""
+        with progress.board("to turn healthy", title="starting the containers", log=self.log) as board:
+            self._run_shown(engine, replicas, deadline, timeout, board)
+
+    def _run_shown(
+        self, engine: Engine, replicas: list[_Replica], deadline: float, timeout: float, board: Board
+    ) -> None:
         for replica in replicas:
             assert replica.container is not None
             try:
@@ -374,6 +403,7 @@ class DockerTarget:
             for replica in list(waiting):
                 assert replica.container is not None
                 health, state = engine.health(replica.container)
+                board.update(replica.name, _STAGES.get(health, Stage.WORKING), _SHOWN.get(health, health))
                 if health == "ready":
                     waiting.remove(replica)
                     if replica.is_entrypoint:
@@ -395,6 +425,7 @@ class DockerTarget:
                     f"not healthy after {timeout:.0f}s: {names} (raise --timeout if they are slow){tails}"
                 )
             if waiting:
+                board.tick()
                 time.sleep(_POLL_SEC)
 
     def _pause_entrypoints(self, engine: Engine, previous: ChainState) -> list[Container]:

@@ -19,8 +19,10 @@ from contextlib import closing
 from pathlib import Path
 from typing import TypeVar
 
+from chains import progress
 from chains.checks import Chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.progress import Board, Stage
 from chains.source_map import condense, drop_cancellations, find_cause, to_user_files
 from chains.targets import PushOptions, cors_env, running_target
 from chains.targets.state import (
@@ -361,37 +363,34 @@ class _StartFailed(ChainsRuntimeError):
         self.chainlets = chainlets
 
 
-# A push waiting this long for a chainlet says which ones it waits for, and again every so often.
-_QUIET_SEC = 3.0
-_PROGRESS_EVERY_SEC = 5.0
-
-
-def _report_waiting(state: ChainState | None, started: float) -> None:
-    waiting = sorted({p.chainlet for p in state.processes if p.state != "ready"}) if state else []
-    ready = sum(p.state == "ready" for p in state.processes) if state else 0
-    total = len(state.processes) if state else 0
-    names = ", ".join(waiting) or "every chainlet"
-    print(
-        f"waiting for {names} to finish __init__ ({time.monotonic() - started:.0f}s; {ready}/{total} ready)",
-        file=sys.stderr,
-        flush=True,
-    )
+def _show_waiting(board: Board, state: ChainState | None) -> None:
+    if state is not None:
+        for p in state.processes:
+            label = p.chainlet + (f"[{p.replica}]" if len(state.replicas(p.chainlet)) > 1 else "")
+            stage = {"ready": Stage.DONE, "failed": Stage.FAILED}.get(p.state, Stage.WORKING)
+            board.update(label, stage, p.state)
+    board.tick()
 
 
 def _wait_ready(deploy_dir: Path, supervisor: subprocess.Popen[bytes], timeout: float) -> ChainState:
+    with progress.board("to finish __init__", title="starting the chainlets") as board:
+        return _poll_ready(deploy_dir, supervisor, timeout, board)
+
+
+def _poll_ready(
+    deploy_dir: Path, supervisor: subprocess.Popen[bytes], timeout: float, board: Board
+) -> ChainState:
     started = time.monotonic()
     deadline = started + timeout
-    next_report = started + _QUIET_SEC
     state_file = deploy_dir / "state.json"
     state: ChainState | None = None
     while time.monotonic() < deadline:
-        if time.monotonic() >= next_report:
-            _report_waiting(state, started)
-            next_report += _PROGRESS_EVERY_SEC
         if not state_file.exists() and control_socket_path(deploy_dir).exists():
             _check_supervisor_writes(deploy_dir)
         if state_file.exists():
             state = ChainState.model_validate_json(state_file.read_text())
+        _show_waiting(board, state)
+        if state is not None:
             failed = [p for p in state.processes if p.state == "failed"]
             if failed:
                 names = sorted({p.chainlet for p in failed})

@@ -35,8 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chains import progress
 from chains.checks import Chain, ChainletSpec
 from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.progress import Board, Stage
 from chains.targets import PushOptions, cors_env, running_target
 from chains.targets.state import (
     ChainletProcess,
@@ -496,10 +498,19 @@ def _statuses(serve: Any) -> dict[str, tuple[str, str]]:
 
 
 def _wait_running(serve: Any, apps: list[str], timeout: float) -> None:
+    with progress.board("to run", title="deploying the applications") as board:
+        _poll_running(serve, apps, timeout, board)
+
+
+def _poll_running(serve: Any, apps: list[str], timeout: float, board: Board) -> None:
     deadline = time.monotonic() + timeout
     current: dict[str, tuple[str, str]] = {}
     while time.monotonic() < deadline:
         current = _statuses(serve)
+        for name in apps:
+            status = current.get(name, ("", ""))[0] or "waiting"
+            stage = {"RUNNING": Stage.DONE, "DEPLOY_FAILED": Stage.FAILED}.get(status, Stage.WORKING)
+            board.update(name, stage, status.lower().replace("_", " "))
         failed = {
             name: current[name] for name in apps if name in current and current[name][0] == "DEPLOY_FAILED"
         }
@@ -508,6 +519,7 @@ def _wait_running(serve: Any, apps: list[str], timeout: float) -> None:
             raise ChainsRuntimeError(f"Serve failed to deploy {', '.join(failed)}: {detail}")
         if all(current.get(name, ("", ""))[0] == "RUNNING" for name in apps):
             return
+        board.tick()
         time.sleep(_POLL_SEC)
     waiting = [
         f"{name} ({current.get(name, ('absent', ''))[0]})"

@@ -37,8 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from chains import progress
 from chains.checks import Chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.progress import Board, Stage
 from chains.targets import PushOptions, running_target
 from chains.targets.compose import (
     DEFAULT_ENTRY_PORT,
@@ -215,7 +217,10 @@ class SwarmTarget:
             other.client.close()
             if missing:
                 started = time.monotonic()
-                _copy_images(address, missing)
+                with progress.board(title="loading the images", log=self.log) as board:
+                    board.update(address, Stage.WORKING, f"loading {len(missing)} image(s)")
+                    _copy_images(address, missing)
+                    board.update(address, Stage.DONE, f"loaded {len(missing)} image(s)")
                 self.log(
                     f"loaded {len(missing)} image(s) into {address} in {time.monotonic() - started:.1f}s"
                 )
@@ -332,6 +337,12 @@ class SwarmTarget:
 
     def _wait(self, engine: Engine, stack: _Stack, wiring: ChainWiring, timeout: float) -> None:
         """Until every service runs as many healthy tasks of its current spec as it asks for."""
+        with progress.board("to run healthy", title="starting the services", log=self.log) as board:
+            self._wait_shown(engine, stack, wiring, timeout, board)
+
+    def _wait_shown(
+        self, engine: Engine, stack: _Stack, wiring: ChainWiring, timeout: float, board: Board
+    ) -> None:
         deadline = time.monotonic() + timeout
         waiting = {stack.service(c.service): c.spec.remote_config.compute.replicas for c in wiring.chainlets}
         while waiting:
@@ -358,7 +369,10 @@ class SwarmTarget:
                         f"service {name} failed to start {len(failed)} times: {'; '.join(errors)}"
                         f"{self._service_tail(service)}"
                     )
-                if len(running) >= replicas and update in (None, "completed"):
+                healthy = len(running) >= replicas and update in (None, "completed")
+                stage = Stage.DONE if healthy else Stage.WORKING
+                board.update(name, stage, f"{len(running)}/{replicas} running")
+                if healthy:
                     del waiting[name]
             if waiting and time.monotonic() > deadline:
                 tails = "".join(self._service_tail(_service(engine, n)) for n in waiting)
@@ -367,6 +381,7 @@ class SwarmTarget:
                     f"(raise --timeout if they are slow){tails}"
                 )
             if waiting:
+                board.tick()
                 time.sleep(_POLL_SEC)
 
     def _service_tail(self, service: Any) -> str:

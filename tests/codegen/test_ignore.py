@@ -297,3 +297,28 @@ def test_watch_sees_changes_to_the_source_only(tmp_path: Path, monkeypatch: pyte
     assert snapshot(folder) == before
     _write(folder, "helpers/util.py")
     assert snapshot(folder) != before
+
+
+def test_editor_swap_backup_and_lock_files_are_never_source(tmp_path: Path) -> None:
+    """What an editor keeps beside the file it edits comes and goes as a person types: it is
+    never copied, so it changes no chainlet's code and triggers no `--watch` reload."""
+    from chains.watch import snapshot
+
+    folder = tmp_path / "project"
+    _write(folder, "chain.py", "lib/util.py", "notes~backup.txt", "4913.txt")
+    kept = [rel for rel, _ in source_files(folder)]
+    before = snapshot(folder)
+    _write(
+        folder,
+        ".chain.py.swp",
+        "lib/.util.py.swo",
+        "chain.py~",
+        "4913",
+        "#chain.py#",
+        "chain.py___jb_tmp___",
+        ".chain.py.kate-swp",
+        ".goutputstream-X1Y2Z3",
+    )
+    assert [rel for rel, _ in source_files(folder)] == kept
+    assert kept == ["4913.txt", "chain.py", "lib/util.py", "notes~backup.txt"]
+    assert snapshot(folder) == before

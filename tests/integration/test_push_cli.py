@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -320,6 +321,75 @@ def test_watch_replaces_only_the_changed_chainlet_while_calls_succeed(cli: Cli, 
         assert answers[0] == '"Hello, Ada"' and answers[-1] == '"Howdy, Ada"'
         after = cli.state("watched")
         assert next(p["pid"] for p in after["processes"] if p["chainlet"] == "Entry") == entry_pid  # type: ignore[union-attr]
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        watcher.wait(30)
+
+
+def _watch_reports(watcher: subprocess.Popen[str]) -> queue.Queue[str]:
+    """The ``[watch]`` lines of a running ``push --watch``, as they come."""
+    reports: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert watcher.stdout is not None
+        for line in watcher.stdout:
+            if line.startswith(("[watch]", "watching")):
+                reports.put(line.strip())
+
+    threading.Thread(target=pump, daemon=True).start()
+    return reports
+
+
+def test_one_editor_save_is_one_watch_report(cli: Cli, tmp_path: Path) -> None:
+    """A save as editors make it (a swap file beside the file, a backup, the file truncated then
+    written, the swap file written again) is reported once, and reloads only the chainlet whose
+    code changed; a save that changes nothing is not reported at all."""
+    source = """
+        import chains
+
+        class Greeter(chains.ChainletBase):
+            async def run_remote(self, name: str) -> str:
+                return "Hello, " + name
+
+        @chains.mark_entrypoint("saved")
+        class Entry(chains.ChainletBase):
+            def __init__(self, greeter: Greeter = chains.depends(Greeter)) -> None:
+                self._greeter = greeter
+
+            async def run_remote(self, name: str) -> str:
+                return await self._greeter.run_remote(name) + "!"
+    """
+    file = write_chain(tmp_path / "saved", source)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "chains", "push", str(file), "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli.env,
+    )
+    try:
+        reports = _watch_reports(watcher)
+        assert reports.get(timeout=120).startswith("watching")
+        swap, backup = file.parent / ".chain.py.swp", file.parent / "chain.py~"
+        swap.write_bytes(b"b0VIM 9.0\0")  # the editor opens the file
+        time.sleep(0.5)
+        backup.write_text(file.read_text())
+        edited = file.read_text().replace("Hello", "Howdy")
+        with file.open("w") as out:  # truncated, then written in two parts
+            out.write(edited[:40])
+            out.flush()
+            time.sleep(0.1)
+            out.write(edited[40:])
+        backup.unlink()
+        time.sleep(1.0)
+        swap.write_bytes(b"b0VIM 9.0\0\1")  # and keeps its swap file up to date
+        assert reports.get(timeout=120) == "[watch] change seen: replaced Greeter"
+        file.write_text(file.read_text())  # saved again, unchanged
+        time.sleep(1.0)
+        file.write_text(file.read_text().replace('"!"', '"?"'))
+        # The next report is this edit's: neither save above was reported a second time.
+        assert reports.get(timeout=120) == "[watch] change seen: replaced Entry"
+        assert json.loads(cli.run("call", "saved", "--json", '{"name": "Ada"}').stdout) == "Howdy, Ada?"
     finally:
         watcher.send_signal(signal.SIGINT)
         watcher.wait(30)

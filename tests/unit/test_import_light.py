@@ -21,6 +21,7 @@ NOT_FOR_IMPORT = (
     "chains.cli",
     "chains.deploy",
     "chains.local",
+    "chains.progress",
     "chains.stubs",
     "chains.targets",
     "chains.ui",
@@ -42,6 +43,7 @@ NOT_FOR_SERVING = (
     "chains.cli",
     "chains.deploy",
     "chains.local",
+    "chains.progress",
     "chains.targets",
     "codegen",
     "docker",
@@ -90,6 +92,11 @@ def test_each_lazy_name_loads_only_its_own_module(name: str) -> None:
     module = {"push": "chains.deploy", "run_local": "chains.local", "StubBase": "chains.stubs"}[name]
     assert module in modules
     assert under(modules, "chains.cli") == under(modules, "jinja2") == under(modules, "docker") == []
+
+
+def test_the_push_machinery_loads_rich_only_to_draw_a_live_view() -> None:
+    modules = loaded_after("import chains.targets.local, chains.targets.docker, chains.progress")
+    assert under(modules, "rich") == []
 
 
 def test_every_exported_name_resolves_and_is_listed() -> None:
