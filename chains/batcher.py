@@ -21,10 +21,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from chains import tracing
 from chains.call_context import CallContext, current_call, new_request_id, serving_call
 from chains.errors import BatchQueueFull, BatchSizeError, ChainsRuntimeError, DeadlineExceeded
+
+if TYPE_CHECKING:
+    from chains.tracing.spans import BatchSpan
 
 __all__ = ["DEFAULT_MAX_BATCH_SIZE", "DEFAULT_MAX_WAIT_MS", "BatchConfig", "BatchObserver", "Batcher"]
 
@@ -70,6 +74,7 @@ class _Call:
     arrived: float  # the event loop's clock
     context: CallContext | None
     items: asyncio.Queue[Any] | None = None  # a streaming call's outputs, then _END or an error
+    span: Any = None  # the caller's span when tracing: the batch's span links to it
 
     def fail(self, error: BaseException) -> None:
         if self.future.done():
@@ -193,6 +198,9 @@ class Batcher:
             raise BatchQueueFull(f"{self.chainlet}: {len(queue)} calls are waiting for a batch already")
         items: asyncio.Queue[Any] | None = asyncio.Queue() if streaming else None
         call = _Call(item, state.loop.create_future(), state.loop.time(), current_call(), items)
+        traced = tracing.active()
+        if traced is not None:
+            call.span = traced.caller()
         queue.append(call)
         # The dispatcher sleeps until the oldest call's wait is over; it needs waking only
         # for the first call or for a full batch.
@@ -240,9 +248,9 @@ class Batcher:
         if not batch:  # every call of it left or ran out of time on the way
             state.slots.release()
             return
-        running = self._start(state, batch)
+        running, span = self._start(state, batch)
         state.running.add(running)
-        running.add_done_callback(functools.partial(self._finished, state, batch))
+        running.add_done_callback(functools.partial(self._finished, state, batch, span))
 
     async def _next_batch(self, state: _LoopState) -> list[_Call]:
         queue, size, loop = state.queue, self.config.max_batch_size, state.loop
@@ -295,13 +303,22 @@ class Batcher:
             if timer is not None:
                 timer.cancel()
 
-    def _start(self, state: _LoopState, batch: list[_Call]) -> asyncio.Future[Any]:
+    def _start(self, state: _LoopState, batch: list[_Call]) -> tuple[asyncio.Future[Any], BatchSpan | None]:
         """Start the body on ``batch`` now: a sync body's thread starts at once, rather than once
         a task gets its turn behind the callers the previous batch has just woken."""
         loop = state.loop
+        started = loop.time()
         if self._observer is not None:
-            started = loop.time()
             self._observer.batch_started(len(batch), [started - c.arrived for c in batch])
+        span: BatchSpan | None = None
+        traced = tracing.active()
+        if traced is not None:
+            callers = [c.span for c in batch if c.span is not None]
+            span = traced.batch(self.chainlet, callers, [(started - c.arrived) * 1e3 for c in batch])
+        with contextlib.nullcontext() if span is None else span:
+            return self._start_body(loop, batch), span
+
+    def _start_body(self, loop: asyncio.AbstractEventLoop, batch: list[_Call]) -> asyncio.Future[Any]:
         items = [c.item for c in batch]
         try:
             with serving_call(_batch_context(batch)):
@@ -319,7 +336,9 @@ class Batcher:
             failed.set_exception(exc)
             return failed
 
-    def _finished(self, state: _LoopState, batch: list[_Call], running: asyncio.Future[Any]) -> None:
+    def _finished(
+        self, state: _LoopState, batch: list[_Call], span: BatchSpan | None, running: asyncio.Future[Any]
+    ) -> None:
         """A batch ended: its slot goes straight to the next batch if one is ready, which then
         starts before this batch's callers are woken; the model would otherwise wait while
         their responses are written, and for the dispatcher's turn after them."""
@@ -334,6 +353,8 @@ class Batcher:
             error = ChainsRuntimeError(f"{self.chainlet}: the batch was cancelled (the server is stopping)")
         except Exception as exc:
             error = exc
+        if span is not None:
+            span.finish(error)
         if self._state is state:  # not closed meanwhile
             following = self._ready(state)
             if following:

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from chains import tracing
 from chains.call_context import REQUEST_ID_HEADER, CallContext, serving_call
 from chains.errors import DeadlineExceeded, ErrorDetail
 from chains.server.asgi import Receive, Scope, Send, header_map
@@ -79,6 +80,9 @@ class ServerSocket(SocketBase):
         self.receiving = False
         self.closed = False  # by either end
         self.peer_code = CLOSE_NORMAL
+        self.close_code: int | None = None  # how the conversation ended, by either end
+        self.messages_in = 0
+        self.messages_out = 0
 
     @property
     def is_connected(self) -> bool:
@@ -101,6 +105,7 @@ class ServerSocket(SocketBase):
             self._peer_closed(message)
             raise WebSocketDisconnect(self.peer_code)
         self._metrics.socket_messages_in += 1
+        self.messages_in += 1
         text = message.get("text")
         return text if text is not None else (message.get("bytes") or b"")
 
@@ -131,6 +136,8 @@ class ServerSocket(SocketBase):
     def _peer_closed(self, message: Mapping[str, Any]) -> None:
         self.closed = True
         self.peer_code = int(message.get("code", 1005))
+        if self.close_code is None:
+            self.close_code = self.peer_code
 
     def stop_watching(self) -> None:
         if self._timer is not None:
@@ -154,11 +161,13 @@ class ServerSocket(SocketBase):
             self.closed = True
             raise WebSocketDisconnect(1006, "the client went away") from None
         self._metrics.socket_messages_out += 1
+        self.messages_out += 1
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str | None = None) -> None:
         if self.closed:
             return
         self.closed = True
+        self.close_code = code
         with contextlib.suppress(OSError):
             await self._send({"type": "websocket.close", "code": code, "reason": reason or ""})
 
@@ -238,6 +247,23 @@ async def serve_websocket(app: ChainletApp, scope: Scope, receive: Receive, send
 
 
 async def _converse(app: ChainletApp, socket: ServerSocket, call: CallContext) -> None:
+    traced = tracing.active()
+    if traced is None:
+        await _converse_in(app, socket, call, None)
+        return
+    span = traced.conversation(app.spec.name, call, socket.headers)
+    error: BaseException | None = None
+    try:
+        with span:  # current as the handler starts, so the sockets and calls it opens are its children
+            await _converse_in(app, socket, call, span)
+    except Exception as exc:
+        error = exc
+        raise
+    finally:
+        span.finish(socket.messages_in, socket.messages_out, socket.close_code, error)
+
+
+async def _converse_in(app: ChainletApp, socket: ServerSocket, call: CallContext, span: Any) -> None:
     instance: Any = app.instance
     handler = socket.handler = asyncio.ensure_future(_bounded(instance.run_remote(socket), call))
     socket.start_watching()
@@ -264,6 +290,8 @@ async def _converse(app: ChainletApp, socket: ServerSocket, call: CallContext) -
         reason = close_reason(origin.chainlet or app.spec.name, origin.exc_type, call.request_id)
         if app.public_errors:
             detail = detail.public(call.request_id)
+        if span is not None:
+            span.record(exc)
         await socket.report(detail, reason)
     else:
         await socket.close(CLOSE_NORMAL)
