@@ -1,7 +1,10 @@
 """The server side of a WebSocket endpoint: one conversation on ``GET /run_remote`` + Upgrade.
 
 Admission is the HTTP calls' own, decided before the upgrade so that a refusal is a plain
-HTTP answer a client and its retries understand: 401 without the right credentials, 503
+HTTP answer a client and its retries understand: 401 without the right credentials (a web
+page, which cannot set headers on a WebSocket, sends ``?chains_ticket=TICKET`` from
+``POST /stream_ticket`` instead of the API key, see :mod:`chains.server.tickets`), 403 to a
+page from an origin the entrypoint does not allow (browsers do not apply CORS to sockets), 503
 while the chainlet is not ready, draining, or has ``Compute(concurrency=N)`` conversations and
 calls open already (an open socket holds a slot for its whole life; sockets do not queue).
 
@@ -23,12 +26,15 @@ import json
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
 from chains import tracing
 from chains.call_context import REQUEST_ID_HEADER, CallContext, serving_call
 from chains.errors import DeadlineExceeded, ErrorDetail
 from chains.server.asgi import Receive, Scope, Send, header_map
+from chains.server.cors import request_origin, same_origin
 from chains.server.metrics import Metrics
+from chains.server.tickets import TICKET_PARAM, TicketSigner
 from chains.websocket.disconnect import WebSocketDisconnect
 from chains.websocket.protocol import Message, SocketBase
 from chains.websocket.wire import (
@@ -218,7 +224,19 @@ async def serve_websocket(app: ChainletApp, scope: Scope, receive: Receive, send
             scope, send, 405, f"{app.spec.name} is not a WebSocket endpoint; use POST /run_remote", rid
         )
         return
+    origin = request_origin(scope)
+    settings = app.settings
+    foreign = origin is not None and not settings.cors.allows(origin) and not same_origin(scope, origin)
+    if foreign and settings.is_entrypoint:
+        detail = (
+            f"origin {origin!r} may not open a WebSocket to this chain; allow it with "
+            "`chains push --cors-origin ORIGIN` or RemoteConfig(cors_origins=[...]) on the entrypoint"
+        )
+        await _deny(scope, send, 403, detail, rid)
+        return
     refusal = app.authorize(headers)
+    if refusal is not None and settings.is_entrypoint:
+        refusal = _ticket_refusal(scope, headers, settings.api_key, refusal)
     if refusal is not None:
         await _deny(scope, send, 401, refusal, rid)
         return
@@ -244,6 +262,21 @@ async def serve_websocket(app: ChainletApp, scope: Scope, receive: Receive, send
         metrics.sockets_open -= 1
         metrics.in_flight -= 1
         app.release_slot()
+
+
+def _ticket_refusal(scope: Scope, headers: dict[str, str], api_key: str | None, refusal: str) -> str | None:
+    """Why an entrypoint refuses a caller whose headers did not pass (``refusal``): a good stream
+    ticket in the query stands for the API key (a web page cannot set a socket's headers)."""
+    if not api_key or "authorization" in headers or "x-api-key" in headers:
+        return refusal
+    query = scope.get("query_string", b"").decode("latin-1")
+    tickets = [value for name, value in parse_qsl(query, keep_blank_values=True) if name == TICKET_PARAM]
+    if not tickets:
+        return (
+            "missing credentials: send `Authorization: Bearer <API key>`, or from a web page "
+            f"?{TICKET_PARAM}=TICKET from POST /stream_ticket (never the key itself)"
+        )
+    return TicketSigner(api_key.encode()).refusal(tickets[0])
 
 
 async def _converse(app: ChainletApp, socket: ServerSocket, call: CallContext) -> None:

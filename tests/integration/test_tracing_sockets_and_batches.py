@@ -12,9 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from tests.helpers import ServerProcess, generate_chain, running, wait_until, write_chain
-from tests.integration.test_tracing import CLIENT, SERVER, STATUS_ERROR, Receiver, ReceivedSpan
+from tests.integration.test_tracing import CLIENT, SERVER, STATUS_ERROR, ReceivedSpan, Receiver
 
 CHAIN = """
 import asyncio
@@ -101,7 +102,7 @@ async def test_a_conversation_through_a_hop_is_one_trace_with_its_messages_count
             await ws.send("fine")
             assert await ws.recv() == "FINE"
             await ws.send("fail")
-            with pytest.raises(Exception):
+            with pytest.raises(ConnectionClosed):
                 await ws.recv()
         assert ws.close_code == 1011
 
@@ -128,7 +129,9 @@ async def test_a_conversation_through_a_hop_is_one_trace_with_its_messages_count
         await asyncio.to_thread(
             wait_until, lambda: len(_spans_of(receiver, failed)) >= 3, 20, "three spans of the failed one"
         )
-        failing = {s.service + ("/client" if s.kind == CLIENT else ""): s for s in _spans_of(receiver, failed)}
+        failing = {
+            s.service + ("/client" if s.kind == CLIENT else ""): s for s in _spans_of(receiver, failed)
+        }
         echo_failed = failing["Echo"]
         assert echo_failed.status_code == STATUS_ERROR and "exception" in echo_failed.events
         assert echo_failed.attributes["chains.websocket.close_code"] == 1011
@@ -153,12 +156,9 @@ async def test_each_batched_call_is_linked_with_the_batch_that_computed_it(
                 assert answer.status_code == 200, answer.text
                 return int(answer.json())
 
-            assert await asyncio.gather(*(square(n, t) for n, t in zip((2, 3, 4, 5), TRACE_IDS))) == [
-                4,
-                9,
-                16,
-                25,
-            ]
+            calls = zip((2, 3, 4, 5), TRACE_IDS, strict=True)
+            squares_of = await asyncio.gather(*(square(n, t) for n, t in calls))
+            assert squares_of == [4, 9, 16, 25]
 
         def batch_spans() -> list[ReceivedSpan]:
             return [s for s in list(receiver.spans) if s.name == "Squares.batch"]
