@@ -381,6 +381,10 @@ class BatchSpan:
     def __exit__(self, *exc_info: object) -> None:
         otel_context.detach(self._token)  # type: ignore[arg-type]
 
+    def waited(self, wait_ms: float) -> None:
+        """How long the batch's oldest call waited, when that was known only after it started."""
+        self.span.set_attribute(BATCH_WAIT_MS, round(wait_ms, 3))
+
     def finish(self, error: BaseException | None = None) -> None:
         if error is not None:
             _record(self.span, error)
