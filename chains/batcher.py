@@ -327,17 +327,20 @@ class Batcher:
         traced = tracing.active()
         if traced is not None:
             callers = [c.span for c in batch if c.span is not None]
-            span = traced.batch(self.chainlet, callers, [(started - c.arrived) * 1e3 for c in batch])
+            waits_ms = [(started - c.arrived) * 1e3 for c in batch]
+            span = traced.batch(self.chainlet, callers, waits_ms, _batch_context(batch))
         holder = _Running(batch, span)
         if self._sync and not self._streaming:
             return loop.run_in_executor(self._executor_for(), self._work, state, holder), holder
         with contextlib.nullcontext() if span is None else span:
-            return self._start_body(loop, batch), holder
+            return self._start_body(loop, batch, span), holder
 
-    def _start_body(self, loop: asyncio.AbstractEventLoop, batch: list[_Call]) -> asyncio.Future[Any]:
+    def _start_body(
+        self, loop: asyncio.AbstractEventLoop, batch: list[_Call], span: BatchSpan | None
+    ) -> asyncio.Future[Any]:
         items = [c.item for c in batch]
         try:
-            with serving_call(_batch_context(batch)):
+            with serving_call(_batch_context(batch) if span is None else span.call):
                 if self._streaming:
                     return asyncio.ensure_future(self._pump(batch, self._body(items)))
                 started_body: asyncio.Future[Any] = asyncio.ensure_future(self._body(items))
@@ -384,12 +387,14 @@ class Batcher:
             span = None
             traced = tracing.active()
             if traced is not None:
-                span = traced.batch(self.chainlet, [c.span for c in following if c.span is not None], [])
+                callers = [c.span for c in following if c.span is not None]
+                span = traced.batch(self.chainlet, callers, [], _batch_context(following))
             running.batch, running.span = following, span
             state.loop.call_soon_threadsafe(self._continued, done, done_span, outputs, error, following, span)
 
     def _call_sync(self, batch: list[_Call], span: BatchSpan | None) -> Any:
-        with serving_call(_batch_context(batch)), contextlib.nullcontext() if span is None else span:
+        call = _batch_context(batch) if span is None else span.call
+        with serving_call(call), contextlib.nullcontext() if span is None else span:
             return self._body([c.item for c in batch])
 
     def _take_full(self, state: _LoopState) -> list[_Call]:

@@ -212,23 +212,31 @@ class Tracing:
         """The span of the call being served (a batched call's, taken when it queues)."""
         return trace.get_current_span()
 
-    def batch(self, chainlet: str, callers: list[trace.Span], waits_ms: list[float]) -> BatchSpan:
-        """The span of one batch, linked with each of its ``callers``' spans both ways: the
-        batch's span names every call it served, and every call's span the batch that served it."""
+    def batch(
+        self, chainlet: str, callers: list[trace.Span], waits_ms: list[float], call: CallContext
+    ) -> BatchSpan:
+        """The span of one batch, run as ``call`` (its own request id), linked with each of its
+        ``callers``' spans both ways: the batch's span names every call it served, and every
+        call's span the batch that served it."""
         links = [trace.Link(c.get_span_context()) for c in callers if c.get_span_context().is_valid]
-        attributes: dict[str, Any] = {BATCH_SIZE: len(callers)}
+        attributes: dict[str, Any] = {REQUEST_ID: call.request_id, BATCH_SIZE: len(callers)}
         if waits_ms:
             attributes[BATCH_WAIT_MS] = round(max(waits_ms), 3)
-        # A root: a batch serves calls of many traces, none of which it belongs to more than another.
-        span = self._tracer.start_span(
-            f"{chainlet}.batch", context=otel_context.Context(), links=links, attributes=attributes
-        )
+        # A root: a batch serves calls of many traces, none of which it belongs to more than
+        # another. Its trace id is its request id, as for a call that arrives without a trace.
+        wanted = _trace_id_wanted.set(_trace_id_of(call.request_id))
+        try:
+            span = self._tracer.start_span(
+                f"{chainlet}.batch", context=otel_context.Context(), links=links, attributes=attributes
+            )
+        finally:
+            _trace_id_wanted.reset(wanted)
         served_by = span.get_span_context()
         for caller in callers:
             if caller.is_recording():
                 caller.add_link(served_by)
                 caller.set_attribute(BATCH_SIZE, len(callers))
-        return BatchSpan(span)
+        return BatchSpan(span, call)
 
     def record_error(self, exc: BaseException) -> None:
         """Record ``exc`` on the span of the call being served: status ERROR and an exception event."""
@@ -368,10 +376,11 @@ class Conversation:
 class BatchSpan:
     """One batch's span: current while its body starts, so the spans the body makes are its children."""
 
-    __slots__ = ("_token", "span")
+    __slots__ = ("_token", "call", "span")
 
-    def __init__(self, span: trace.Span) -> None:
+    def __init__(self, span: trace.Span, call: CallContext) -> None:
         self.span = span
+        self.call = call  # what the batch runs as: its request id, its callers' latest deadline
         self._token: object = None
 
     def __enter__(self) -> BatchSpan:

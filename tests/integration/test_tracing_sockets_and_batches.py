@@ -173,6 +173,8 @@ async def test_each_batched_call_is_linked_with_the_batch_that_computed_it(
         assert batch.trace_id not in TRACE_IDS  # a trace of its own: it served four
         assert batch.parent_id == ""
         assert batch.attributes["chains.batch.size"] == 4
+        # Its own request id, which is its trace's id, as for a call that came without a trace.
+        assert batch.attributes["chains.request_id"] == batch.trace_id
         callers = [_spans_of(receiver, t) for t in TRACE_IDS]
         assert all(len(spans) == 1 for spans in callers)
         calls = [spans[0] for spans in callers]
