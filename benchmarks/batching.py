@@ -10,7 +10,11 @@ with the same wrk, interleaved round by round, at 1, 16 and 64 concurrent caller
   call is a full batch and nothing else costs time (computed, not measured).
 
 The mean batch size of each batched run is read from the chainlet's ``/metrics`` (the
-``chains_batch_size`` histogram) before and after it.
+``chains_batch_size`` histogram) before and after it. So that a miss can be told apart from the
+machine's load, each run also gives the cores the batched server used (its CPU time over the
+run's wall time) and wrk used, next to the cores the server would need at the model-bound limit
+(its CPU per call times the limit's rate): the model is fed only as fast as the server's event
+loop turns callers around, and on a machine shared with other work it gets what is left.
 
 Run from the repository root: ``.venv/bin/python -m benchmarks.batching`` (about 2 minutes).
 Targets at 64 callers: batched throughput at least 0.8x the model-bound limit, with a p50 latency
@@ -20,10 +24,13 @@ under 3x one full batch's cost; no failed request.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import re
+import statistics
 import sys
 import tempfile
+import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +39,7 @@ from typing import Any
 import codegen
 from benchmarks import harness, report
 from benchmarks.chainlets import CHAINS_DIR, new_token, serve_chainlet
-from benchmarks.chains.batching import MAX_BATCH_SIZE, cost_s
+from benchmarks.chains.batching import MAX_BATCH_SIZE, MAX_WAIT_MS, cost_s
 from chains.loader import load_chain
 
 BATCHED = "batched"
@@ -100,6 +107,59 @@ def measure(
     return summaries, mean_batch
 
 
+def scheduler_alone(callers: int, seconds: float) -> tuple[float, float]:
+    """(calls per second, mean batch size) of the batcher alone: ``callers`` coroutines in this
+    process calling the same fake model's body through a :class:`Batcher` for ``seconds``, with
+    no HTTP in the way. What the scheduler reaches when its callers come back at once."""
+    from chains.batcher import BatchConfig, Batcher
+
+    sizes: list[int] = []
+
+    def body(items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        time.sleep(cost_s(len(items)))
+        return [x * x for x in items]
+
+    async def run() -> int:
+        batcher = Batcher(
+            body, chainlet="Batched", config=BatchConfig(MAX_BATCH_SIZE, MAX_WAIT_MS), sync=True
+        )
+        until = time.perf_counter() + seconds
+        served = 0
+
+        async def caller(n: int) -> None:
+            nonlocal served
+            while time.perf_counter() < until:
+                if await batcher.submit(n) != n * n:
+                    raise AssertionError("a caller got another caller's answer")
+                served += 1
+
+        await asyncio.gather(*(caller(n) for n in range(callers)))
+        await batcher.close()
+        return served
+
+    started = time.perf_counter()
+    served = asyncio.run(run())
+    return served / (time.perf_counter() - started), statistics.fmean(sizes)
+
+
+def cpu_lines(summaries: Sequence[harness.Summary]) -> list[str]:
+    """What the batched server needed and got, per load: see the module docstring."""
+    lines = []
+    for s in summaries:
+        if s.target != BATCHED:
+            continue
+        got = statistics.median(r.cpu.server_s / r.cpu.wall_s for r in s.runs if r.cpu.wall_s)
+        wrk = statistics.median(r.cpu.wrk_s / r.cpu.wall_s for r in s.runs if r.cpu.wall_s)
+        need = s.server_cpu_per_request_us * MODEL_BOUND_RPS / 1e6
+        lines.append(
+            f"batched at {s.load.connections} callers: server used {got:.2f} cores "
+            f"(at the limit it would need {need:.2f}), wrk {wrk:.2f}, the rest of the machine "
+            f"{s.other_cores:.2f}"
+        )
+    return lines
+
+
 def checks(summaries: Sequence[harness.Summary]) -> list[report.Check]:
     at = {(s.target, s.load.connections): s for s in summaries}
     out = []
@@ -159,6 +219,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for connections, means in mean_batch.items():
         print(f"mean batch size at {connections} callers: {', '.join(f'{m:.1f}' for m in means)}")
+    for line in cpu_lines(summaries):
+        print(line)
+    alone = [scheduler_alone(64, 3.0) for _ in range(args.rounds)]
+    for rate, mean_size in alone:
+        print(
+            f"the batcher alone, 64 callers in process: {rate:.0f} calls/s "
+            f"({rate / MODEL_BOUND_RPS:.2f}x the limit), mean batch {mean_size:.1f}"
+        )
     results = checks(summaries)
     print(report.check_lines(results))
     output: dict[str, Any] = {
@@ -174,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "checks": [c.to_json() for c in results],
         "mean_batch_size": {str(c): means for c, means in mean_batch.items()},
+        "cpu": cpu_lines(summaries),
+        "scheduler_alone_64": [{"rps": r, "mean_batch_size": m} for r, m in alone],
         "results": [s.to_json() for s in summaries],
     }
     report.write_results("batching", output, args.output, started=started, environment=env)

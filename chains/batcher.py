@@ -17,19 +17,27 @@ import collections
 import contextlib
 import contextvars
 import functools
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from chains import tracing
 from chains.call_context import CallContext, current_call, new_request_id, serving_call
 from chains.errors import BatchQueueFull, BatchSizeError, ChainsRuntimeError, DeadlineExceeded
+
+if TYPE_CHECKING:
+    from chains.tracing.spans import BatchSpan
 
 __all__ = ["DEFAULT_MAX_BATCH_SIZE", "DEFAULT_MAX_WAIT_MS", "BatchConfig", "BatchObserver", "Batcher"]
 
 DEFAULT_MAX_BATCH_SIZE = 32
 DEFAULT_MAX_WAIT_MS = 10.0
+# How long a thread may keep the GIL while another waits for it, in a process with a sync
+# batched body (Python's default is 5 ms): see Batcher._executor_for.
+_SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ class _Call:
     arrived: float  # the event loop's clock
     context: CallContext | None
     items: asyncio.Queue[Any] | None = None  # a streaming call's outputs, then _END or an error
+    span: Any = None  # the caller's span when tracing: the batch's span links to it
 
     def fail(self, error: BaseException) -> None:
         if self.future.done():
@@ -93,6 +102,15 @@ class _Failed:
 
 
 _END: Any = object()
+
+
+@dataclass(eq=False)
+class _Running:
+    """The batch a worker thread computes; it moves on to the next full batch by itself (see
+    :meth:`Batcher._work`), so the loop reads which batch was the last once the thread is done."""
+
+    batch: list[_Call]
+    span: BatchSpan | None
 
 
 @dataclass
@@ -193,6 +211,9 @@ class Batcher:
             raise BatchQueueFull(f"{self.chainlet}: {len(queue)} calls are waiting for a batch already")
         items: asyncio.Queue[Any] | None = asyncio.Queue() if streaming else None
         call = _Call(item, state.loop.create_future(), state.loop.time(), current_call(), items)
+        traced = tracing.active()
+        if traced is not None:
+            call.span = traced.caller()
         queue.append(call)
         # The dispatcher sleeps until the oldest call's wait is over; it needs waking only
         # for the first call or for a full batch.
@@ -240,9 +261,9 @@ class Batcher:
         if not batch:  # every call of it left or ran out of time on the way
             state.slots.release()
             return
-        running = self._start(state, batch)
+        running, holder = self._start(state, batch)
         state.running.add(running)
-        running.add_done_callback(functools.partial(self._finished, state, batch))
+        running.add_done_callback(functools.partial(self._finished, state, holder))
 
     async def _next_batch(self, state: _LoopState) -> list[_Call]:
         queue, size, loop = state.queue, self.config.max_batch_size, state.loop
@@ -295,31 +316,136 @@ class Batcher:
             if timer is not None:
                 timer.cancel()
 
-    def _start(self, state: _LoopState, batch: list[_Call]) -> asyncio.Future[Any]:
+    def _start(self, state: _LoopState, batch: list[_Call]) -> tuple[asyncio.Future[Any], _Running]:
         """Start the body on ``batch`` now: a sync body's thread starts at once, rather than once
         a task gets its turn behind the callers the previous batch has just woken."""
         loop = state.loop
+        started = loop.time()
         if self._observer is not None:
-            started = loop.time()
             self._observer.batch_started(len(batch), [started - c.arrived for c in batch])
+        span: BatchSpan | None = None
+        traced = tracing.active()
+        if traced is not None:
+            callers = [c.span for c in batch if c.span is not None]
+            waits_ms = [(started - c.arrived) * 1e3 for c in batch]
+            span = traced.batch(self.chainlet, callers, waits_ms, _batch_context(batch))
+        holder = _Running(batch, span)
+        if self._sync and not self._streaming:
+            return loop.run_in_executor(self._executor_for(), self._work, state, holder), holder
+        with contextlib.nullcontext() if span is None else span:
+            return self._start_body(loop, batch, span), holder
+
+    def _start_body(
+        self, loop: asyncio.AbstractEventLoop, batch: list[_Call], span: BatchSpan | None
+    ) -> asyncio.Future[Any]:
         items = [c.item for c in batch]
         try:
-            with serving_call(_batch_context(batch)):
+            with serving_call(_batch_context(batch) if span is None else span.call):
                 if self._streaming:
                     return asyncio.ensure_future(self._pump(batch, self._body(items)))
-                if not self._sync:
-                    started_body: asyncio.Future[Any] = asyncio.ensure_future(self._body(items))
-                    return started_body
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(self.concurrency, f"{self.chainlet}-batch")
-                context = contextvars.copy_context()
-                return loop.run_in_executor(self._executor, context.run, self._body, items)
+                started_body: asyncio.Future[Any] = asyncio.ensure_future(self._body(items))
+                return started_body
         except Exception as exc:  # the body could not even start, e.g. a sync one called as async
             failed: asyncio.Future[Any] = loop.create_future()
             failed.set_exception(exc)
             return failed
 
-    def _finished(self, state: _LoopState, batch: list[_Call], running: asyncio.Future[Any]) -> None:
+    # -- a sync body: batch after batch in its worker thread --------------------------------
+
+    def _executor_for(self) -> ThreadPoolExecutor:
+        """The worker threads of a sync body, made on first use. The model's thread needs the GIL
+        for a moment as each batch starts and ends, while the event loop holds it to answer
+        the callers of the batch before and to read their next calls; with Python's default
+        switch interval it waits up to 5 ms each time, which measured a tenth of the model's
+        time at 64 callers. The process's interval is lowered to 0.5 ms (never raised)."""
+        if self._executor is None:
+            if sys.getswitchinterval() > _SWITCH_INTERVAL_S:
+                sys.setswitchinterval(_SWITCH_INTERVAL_S)
+            self._executor = ThreadPoolExecutor(self.concurrency, f"{self.chainlet}-batch")
+        return self._executor
+
+    def _work(self, state: _LoopState, running: _Running) -> Any:
+        """Run the body on ``running.batch`` in this worker thread, then on each next batch that
+        is full by then, without going back to the event loop in between: a thread handing each
+        batch to the loop and the loop the next one back costs two wake-ups per batch, which a
+        loaded machine stretches to milliseconds while the model waits. Every batch but the last
+        is answered through :meth:`_continued`; the last one's outputs are the result, answered
+        by :meth:`_finished` as an async body's are."""
+        while True:
+            error: Exception | None = None
+            outputs: Any = None
+            try:
+                outputs = contextvars.Context().run(self._call_sync, running.batch, running.span)
+            except Exception as exc:
+                error = exc
+            following = self._take_full(state)
+            if not following:
+                if error is not None:
+                    raise error
+                return outputs
+            done, done_span = running.batch, running.span
+            span = None
+            traced = tracing.active()
+            if traced is not None:
+                callers = [c.span for c in following if c.span is not None]
+                span = traced.batch(self.chainlet, callers, [], _batch_context(following))
+            running.batch, running.span = following, span
+            state.loop.call_soon_threadsafe(self._continued, done, done_span, outputs, error, following, span)
+
+    def _call_sync(self, batch: list[_Call], span: BatchSpan | None) -> Any:
+        call = _batch_context(batch) if span is None else span.call
+        with serving_call(call), contextlib.nullcontext() if span is None else span:
+            return self._body([c.item for c in batch])
+
+    def _take_full(self, state: _LoopState) -> list[_Call]:
+        """From the worker thread: the next batch if ``max_batch_size`` calls wait (a partial
+        one is the dispatcher's to time), else none. Each deque operation is atomic, so a caller
+        leaving meanwhile either is not taken or has its output dropped; futures are the loop's,
+        so calls past their deadline are failed there."""
+        queue, size = state.queue, self.config.max_batch_size
+        if self._state is not state or len(queue) < size:
+            return []
+        batch: list[_Call] = []
+        expired: list[_Call] = []
+        now = time.monotonic()
+        while len(batch) < size:
+            try:
+                call = queue.popleft()
+            except IndexError:
+                break
+            deadline = call.context.deadline if call.context is not None else None
+            (expired if deadline is not None and deadline <= now else batch).append(call)
+        if expired:
+            state.loop.call_soon_threadsafe(self._take_expired, expired)
+        return batch
+
+    def _take_expired(self, calls: list[_Call]) -> None:
+        now = time.monotonic()
+        for call in calls:
+            self._expired(call, now)
+
+    def _continued(
+        self,
+        batch: list[_Call],
+        span: BatchSpan | None,
+        outputs: Any,
+        error: Exception | None,
+        following: list[_Call],
+        following_span: BatchSpan | None,
+    ) -> None:
+        """On the loop: a worker thread finished ``batch`` and went on to ``following``, whose
+        waits are counted here, where the loop's clock is (a little late: the loop's turn)."""
+        state = self._state
+        if state is not None:
+            now = state.loop.time()
+            waits = [now - c.arrived for c in following]
+            if self._observer is not None:
+                self._observer.batch_started(len(following), waits)
+            if following_span is not None:
+                following_span.waited(max(waits) * 1e3)
+        self._deliver(batch, span, outputs, error)
+
+    def _finished(self, state: _LoopState, holder: _Running, running: asyncio.Future[Any]) -> None:
         """A batch ended: its slot goes straight to the next batch if one is ready, which then
         starts before this batch's callers are woken; the model would otherwise wait while
         their responses are written, and for the dispatcher's turn after them."""
@@ -328,8 +454,6 @@ class Batcher:
         outputs: Any = None
         try:
             outputs = running.result()
-            if not self._streaming:
-                _check_outputs(self.chainlet, batch, outputs)
         except asyncio.CancelledError:
             error = ChainsRuntimeError(f"{self.chainlet}: the batch was cancelled (the server is stopping)")
         except Exception as exc:
@@ -340,6 +464,19 @@ class Batcher:
                 self._run(state, following)
             else:
                 state.slots.release()
+        self._deliver(holder.batch, holder.span, outputs, error)
+
+    def _deliver(
+        self, batch: list[_Call], span: BatchSpan | None, outputs: Any, error: BaseException | None
+    ) -> None:
+        """Hand each caller of a finished batch its output or its error."""
+        if error is None and not self._streaming:
+            try:
+                _check_outputs(self.chainlet, batch, outputs)
+            except BatchSizeError as exc:
+                error = exc
+        if span is not None:
+            span.finish(error)
         if self._streaming and error is None:
             return  # _pump gave each caller its items
         if error is not None:

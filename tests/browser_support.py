@@ -250,3 +250,13 @@ def hello_chain(chains_home: Path, page_origin: str) -> Iterator[Any]:
     file = REPO / "examples" / "hello" / "chain.py"
     with chains.push(file, name="browser-hello", cors_origins=[page_origin]) as chain:
         yield chain
+
+
+@pytest.fixture(scope="session")
+def realtime_chain(chains_home: Path, page_origin: str) -> Iterator[Any]:
+    """examples/realtime (a WebSocket entrypoint) with an API key, callable from the test pages."""
+    import chains
+
+    file = REPO / "examples" / "realtime" / "chain.py"
+    with chains.push(file, name="browser-realtime", cors_origins=[page_origin], api_key=API_KEY) as chain:
+        yield chain

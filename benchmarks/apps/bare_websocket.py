@@ -1,5 +1,6 @@
 """The WebSocket floor: a plain ASGI echo, or (with BARE_WS_UPSTREAM) a relay to such an echo
-through one ``websockets`` client connection per socket. ``GET /readyz`` answers 200."""
+through one ``websockets`` client connection per socket, uncompressed as a chains stub's is.
+``GET /readyz`` answers 200."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> 
         return
     from websockets.asyncio.client import connect
 
-    async with connect(UPSTREAM, max_size=None) as upstream:
+    async with connect(UPSTREAM, max_size=None, compression=None) as upstream:
         while (message := await receive())["type"] == "websocket.receive":
             data = message.get("text")
             await upstream.send(data if data is not None else message["bytes"])

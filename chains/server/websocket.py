@@ -1,7 +1,10 @@
 """The server side of a WebSocket endpoint: one conversation on ``GET /run_remote`` + Upgrade.
 
 Admission is the HTTP calls' own, decided before the upgrade so that a refusal is a plain
-HTTP answer a client and its retries understand: 401 without the right credentials, 503
+HTTP answer a client and its retries understand: 401 without the right credentials (a web
+page, which cannot set headers on a WebSocket, sends ``?chains_ticket=TICKET`` from
+``POST /stream_ticket`` instead of the API key, see :mod:`chains.server.tickets`), 403 to a
+page from an origin the entrypoint does not allow (browsers do not apply CORS to sockets), 503
 while the chainlet is not ready, draining, or has ``Compute(concurrency=N)`` conversations and
 calls open already (an open socket holds a slot for its whole life; sockets do not queue).
 
@@ -23,11 +26,15 @@ import json
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
+from chains import tracing
 from chains.call_context import REQUEST_ID_HEADER, CallContext, serving_call
 from chains.errors import DeadlineExceeded, ErrorDetail
 from chains.server.asgi import Receive, Scope, Send, header_map
+from chains.server.cors import request_origin, same_origin
 from chains.server.metrics import Metrics
+from chains.server.tickets import TICKET_PARAM, TicketSigner
 from chains.websocket.disconnect import WebSocketDisconnect
 from chains.websocket.protocol import Message, SocketBase
 from chains.websocket.wire import (
@@ -79,6 +86,9 @@ class ServerSocket(SocketBase):
         self.receiving = False
         self.closed = False  # by either end
         self.peer_code = CLOSE_NORMAL
+        self.close_code: int | None = None  # how the conversation ended, by either end
+        self.messages_in = 0
+        self.messages_out = 0
 
     @property
     def is_connected(self) -> bool:
@@ -101,6 +111,7 @@ class ServerSocket(SocketBase):
             self._peer_closed(message)
             raise WebSocketDisconnect(self.peer_code)
         self._metrics.socket_messages_in += 1
+        self.messages_in += 1
         text = message.get("text")
         return text if text is not None else (message.get("bytes") or b"")
 
@@ -131,6 +142,8 @@ class ServerSocket(SocketBase):
     def _peer_closed(self, message: Mapping[str, Any]) -> None:
         self.closed = True
         self.peer_code = int(message.get("code", 1005))
+        if self.close_code is None:
+            self.close_code = self.peer_code
 
     def stop_watching(self) -> None:
         if self._timer is not None:
@@ -154,11 +167,13 @@ class ServerSocket(SocketBase):
             self.closed = True
             raise WebSocketDisconnect(1006, "the client went away") from None
         self._metrics.socket_messages_out += 1
+        self.messages_out += 1
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str | None = None) -> None:
         if self.closed:
             return
         self.closed = True
+        self.close_code = code
         with contextlib.suppress(OSError):
             await self._send({"type": "websocket.close", "code": code, "reason": reason or ""})
 
@@ -209,7 +224,19 @@ async def serve_websocket(app: ChainletApp, scope: Scope, receive: Receive, send
             scope, send, 405, f"{app.spec.name} is not a WebSocket endpoint; use POST /run_remote", rid
         )
         return
+    origin = request_origin(scope)
+    settings = app.settings
+    foreign = origin is not None and not settings.cors.allows(origin) and not same_origin(scope, origin)
+    if foreign and settings.is_entrypoint:
+        detail = (
+            f"origin {origin!r} may not open a WebSocket to this chain; allow it with "
+            "`chains push --cors-origin ORIGIN` or RemoteConfig(cors_origins=[...]) on the entrypoint"
+        )
+        await _deny(scope, send, 403, detail, rid)
+        return
     refusal = app.authorize(headers)
+    if refusal is not None and settings.is_entrypoint:
+        refusal = _ticket_refusal(scope, headers, settings.api_key, refusal)
     if refusal is not None:
         await _deny(scope, send, 401, refusal, rid)
         return
@@ -237,7 +264,39 @@ async def serve_websocket(app: ChainletApp, scope: Scope, receive: Receive, send
         app.release_slot()
 
 
+def _ticket_refusal(scope: Scope, headers: dict[str, str], api_key: str | None, refusal: str) -> str | None:
+    """Why an entrypoint refuses a caller whose headers did not pass (``refusal``): a good stream
+    ticket in the query stands for the API key (a web page cannot set a socket's headers)."""
+    if not api_key or "authorization" in headers or "x-api-key" in headers:
+        return refusal
+    query = scope.get("query_string", b"").decode("latin-1")
+    tickets = [value for name, value in parse_qsl(query, keep_blank_values=True) if name == TICKET_PARAM]
+    if not tickets:
+        return (
+            "missing credentials: send `Authorization: Bearer <API key>`, or from a web page "
+            f"?{TICKET_PARAM}=TICKET from POST /stream_ticket (never the key itself)"
+        )
+    return TicketSigner(api_key.encode()).refusal(tickets[0])
+
+
 async def _converse(app: ChainletApp, socket: ServerSocket, call: CallContext) -> None:
+    traced = tracing.active()
+    if traced is None:
+        await _converse_in(app, socket, call, None)
+        return
+    span = traced.conversation(app.spec.name, call, socket.headers)
+    error: BaseException | None = None
+    try:
+        with span:  # current as the handler starts, so the sockets and calls it opens are its children
+            await _converse_in(app, socket, call, span)
+    except Exception as exc:
+        error = exc
+        raise
+    finally:
+        span.finish(socket.messages_in, socket.messages_out, socket.close_code, error)
+
+
+async def _converse_in(app: ChainletApp, socket: ServerSocket, call: CallContext, span: Any) -> None:
     instance: Any = app.instance
     handler = socket.handler = asyncio.ensure_future(_bounded(instance.run_remote(socket), call))
     socket.start_watching()
@@ -264,6 +323,8 @@ async def _converse(app: ChainletApp, socket: ServerSocket, call: CallContext) -
         reason = close_reason(origin.chainlet or app.spec.name, origin.exc_type, call.request_id)
         if app.public_errors:
             detail = detail.public(call.request_id)
+        if span is not None:
+            span.record(exc)
         await socket.report(detail, reason)
     else:
         await socket.close(CLOSE_NORMAL)

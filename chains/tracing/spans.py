@@ -1,6 +1,11 @@
 """The spans of a chain: one server span per call a chainlet serves, one client span per attempt
 a stub makes, linked across hops by W3C ``traceparent``/``tracestate`` headers.
 
+A WebSocket conversation is one server span on the chainlet and one client span per socket a
+stub opens, each with the messages it received and sent. A batch of ``@chains.batched`` is a
+span of its own (a trace of its own, since it serves many), linked both ways with the server
+span of every call it served, so a call's trace shows which batch computed it.
+
 Loaded only when tracing is on (see :mod:`chains.tracing`).
 
 Every span carries ``chains.request_id``, the call's ``x-chains-request-id``; a call that arrives
@@ -26,7 +31,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from chains.call_context import CallContext
 
-__all__ = ["ClientAttempt", "Tracing"]
+__all__ = ["BatchSpan", "ClientAttempt", "Conversation", "Tracing"]
 
 logger = logging.getLogger("chains.tracing")
 
@@ -50,6 +55,11 @@ STATUS_CODE = "http.response.status_code"
 REQUEST_BYTES = "http.request.body.size"
 RESPONSE_BYTES = "http.response.body.size"
 URL = "url.full"
+MESSAGES_IN = "chains.websocket.messages_in"
+MESSAGES_OUT = "chains.websocket.messages_out"
+CLOSE_CODE = "chains.websocket.close_code"
+BATCH_SIZE = "chains.batch.size"
+BATCH_WAIT_MS = "chains.batch.wait_ms"
 
 _trace_id_wanted: contextvars.ContextVar[int] = contextvars.ContextVar("chains_trace_id", default=0)
 
@@ -174,6 +184,60 @@ class Tracing:
                 span.set_status(Status(StatusCode.ERROR, f"answered {status}"))
             span.end()
 
+    def conversation(self, chainlet: str, call: CallContext, headers: Mapping[str, str]) -> Conversation:
+        """The server span of one WebSocket conversation; enter it around ``run_remote``, so the
+        sockets and calls it makes are its children."""
+        parent = propagate.extract(headers)
+        wanted = _trace_id_wanted.set(_trace_id_of(call.request_id))
+        try:
+            span = self._tracer.start_span(
+                f"{chainlet}.run_remote",
+                context=parent,
+                kind=SpanKind.SERVER,
+                attributes={REQUEST_ID: call.request_id},
+            )
+        finally:
+            _trace_id_wanted.reset(wanted)
+        return Conversation(span, trace.set_span_in_context(span, parent))
+
+    def socket(self, dependency: str, call: CallContext) -> Conversation:
+        """The client span of one WebSocket a stub opens to ``dependency``, from its opening
+        to its close; enter it while opening, so the upgrade's headers carry it."""
+        attributes = {REQUEST_ID: call.request_id, DEPENDENCY: dependency}
+        span = self._tracer.start_span(f"call {dependency}", kind=SpanKind.CLIENT, attributes=attributes)
+        return Conversation(span, trace.set_span_in_context(span))
+
+    @staticmethod
+    def caller() -> trace.Span:
+        """The span of the call being served (a batched call's, taken when it queues)."""
+        return trace.get_current_span()
+
+    def batch(
+        self, chainlet: str, callers: list[trace.Span], waits_ms: list[float], call: CallContext
+    ) -> BatchSpan:
+        """The span of one batch, run as ``call`` (its own request id), linked with each of its
+        ``callers``' spans both ways: the batch's span names every call it served, and every
+        call's span the batch that served it."""
+        links = [trace.Link(c.get_span_context()) for c in callers if c.get_span_context().is_valid]
+        attributes: dict[str, Any] = {REQUEST_ID: call.request_id, BATCH_SIZE: len(callers)}
+        if waits_ms:
+            attributes[BATCH_WAIT_MS] = round(max(waits_ms), 3)
+        # A root: a batch serves calls of many traces, none of which it belongs to more than
+        # another. Its trace id is its request id, as for a call that arrives without a trace.
+        wanted = _trace_id_wanted.set(_trace_id_of(call.request_id))
+        try:
+            span = self._tracer.start_span(
+                f"{chainlet}.batch", context=otel_context.Context(), links=links, attributes=attributes
+            )
+        finally:
+            _trace_id_wanted.reset(wanted)
+        served_by = span.get_span_context()
+        for caller in callers:
+            if caller.is_recording():
+                caller.add_link(served_by)
+                caller.set_attribute(BATCH_SIZE, len(callers))
+        return BatchSpan(span, call)
+
     def record_error(self, exc: BaseException) -> None:
         """Record ``exc`` on the span of the call being served: status ERROR and an exception event."""
         _record(trace.get_current_span(), exc)
@@ -267,6 +331,70 @@ class ClientAttempt:
 
     def finish(self, items: int, response_bytes: int, error: BaseException | None = None) -> None:
         self.span.set_attributes({ITEMS: items, RESPONSE_BYTES: response_bytes})
+        if error is not None:
+            _record(self.span, error)
+        self.span.end()
+
+
+class Conversation:
+    """The span of one WebSocket conversation (server) or socket (client): current while it is
+    entered, ended by :meth:`finish` with the messages each way and how it closed."""
+
+    __slots__ = ("_context", "_token", "span")
+
+    def __init__(self, span: trace.Span, context: otel_context.Context) -> None:
+        self.span = span
+        self._context = context
+        self._token: object = None
+
+    def __enter__(self) -> Conversation:
+        self._token = otel_context.attach(self._context)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        otel_context.detach(self._token)  # type: ignore[arg-type]
+
+    def target(self, url: str) -> None:
+        self.span.set_attribute(URL, url)
+
+    def record(self, exc: BaseException) -> None:
+        """Record a failure that ended the conversation (it is answered, not raised)."""
+        _record(self.span, exc)
+
+    def finish(
+        self, messages_in: int, messages_out: int, close_code: int | None, error: BaseException | None = None
+    ) -> None:
+        attributes: dict[str, Any] = {MESSAGES_IN: messages_in, MESSAGES_OUT: messages_out}
+        if close_code is not None:
+            attributes[CLOSE_CODE] = close_code
+        self.span.set_attributes(attributes)
+        if error is not None:
+            _record(self.span, error)
+        self.span.end()
+
+
+class BatchSpan:
+    """One batch's span: current while its body starts, so the spans the body makes are its children."""
+
+    __slots__ = ("_token", "call", "span")
+
+    def __init__(self, span: trace.Span, call: CallContext) -> None:
+        self.span = span
+        self.call = call  # what the batch runs as: its request id, its callers' latest deadline
+        self._token: object = None
+
+    def __enter__(self) -> BatchSpan:
+        self._token = otel_context.attach(trace.set_span_in_context(self.span))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        otel_context.detach(self._token)  # type: ignore[arg-type]
+
+    def waited(self, wait_ms: float) -> None:
+        """How long the batch's oldest call waited, when that was known only after it started."""
+        self.span.set_attribute(BATCH_WAIT_MS, round(wait_ms, 3))
+
+    def finish(self, error: BaseException | None = None) -> None:
         if error is not None:
             _record(self.span, error)
         self.span.end()

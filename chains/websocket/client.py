@@ -30,6 +30,7 @@ from contextlib import asynccontextmanager, suppress
 
 import aiohttp
 
+from chains import tracing
 from chains.call_context import CallContext, current_call, new_request_id
 from chains.errors import (
     ChainsRuntimeError,
@@ -62,6 +63,9 @@ class ClientSocket(SocketBase):
         self._name = name
         self._headers = headers
         self._ended: BaseException | None = None
+        self.messages_in = 0
+        self.messages_out = 0
+        self.url = ""
 
     @property
     def is_connected(self) -> bool:
@@ -77,6 +81,7 @@ class ClientSocket(SocketBase):
                 self._ended = RemoteError.from_detail(value)
                 await self._ws.close()
                 raise self._ended
+            self.messages_in += 1
             return value
         self._ended = self._closed(msg)
         raise self._ended
@@ -104,9 +109,15 @@ class ClientSocket(SocketBase):
                 await self._ws.send_bytes(message)
         except (ConnectionError, aiohttp.ClientError) as exc:
             raise StreamInterrupted(f"the WebSocket to {self._name} broke off: {exc}") from exc
+        self.messages_out += 1
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str | None = None) -> None:
         await self._ws.close(code=code, message=(reason or "").encode())
+
+    @property
+    def close_code(self) -> int | None:
+        """How the socket closed (by either end), None while open or if it broke off."""
+        return self._ws.close_code
 
 
 def _detail_from_reason(name: str, reason: str) -> ErrorDetail:
@@ -142,6 +153,47 @@ async def connect(
     headers = dict(call.headers())
     if authorization:
         headers["authorization"] = authorization
+    traced = tracing.active()
+    if traced is None:
+        async with _conversation(
+            session, urls, path, headers, name, retries, timeout_sec, call, metrics, max_message_bytes
+        ) as plain:
+            yield plain
+        return
+    span = traced.socket(name, call)
+    with span:
+        traced.inject(headers)  # the socket's span is the parent of the dependency's conversation
+    error: BaseException | None = None
+    socket: ClientSocket | None = None
+    try:
+        async with _conversation(
+            session, urls, path, headers, name, retries, timeout_sec, call, metrics, max_message_bytes
+        ) as socket:
+            span.target(socket.url)
+            yield socket
+    except Exception as exc:
+        error = exc
+        raise
+    finally:
+        if socket is None:
+            span.finish(0, 0, None, error)
+        else:
+            span.finish(socket.messages_in, socket.messages_out, socket.close_code, error)
+
+
+@asynccontextmanager
+async def _conversation(
+    session: aiohttp.ClientSession,
+    urls: Sequence[str],
+    path: str,
+    headers: dict[str, str],
+    name: str,
+    retries: int,
+    timeout_sec: float,
+    call: CallContext,
+    metrics: Metrics | None,
+    max_message_bytes: int,
+) -> AsyncIterator[ClientSocket]:
     with DependencyCall(metrics, name) as record:
         ws = await _open(
             session, urls, path, headers, name, retries, timeout_sec, call, metrics, max_message_bytes
@@ -149,7 +201,10 @@ async def connect(
         try:
             response = getattr(ws, "_response", None)  # the upgrade's answer (aiohttp keeps it private)
             answer = {k.lower(): v for k, v in response.headers.items()} if response is not None else {}
-            yield ClientSocket(ws, name, answer)
+            socket = ClientSocket(ws, name, answer)
+            if response is not None:
+                socket.url = str(response.url)
+            yield socket
             record.ok = True
         finally:
             # Shielded: a cancelled caller still closes the socket, so the dependency stops now.

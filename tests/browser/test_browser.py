@@ -240,3 +240,77 @@ def test_call_returns_a_unary_result_and_raises_a_refusal(
     assert got["result"] == ["Hello, Ada!", "Hello, Grace!"]
     assert got["type"] == "HTTPError" and got["status"] == 422
     assert "names" in got["message"] and "list" in got["message"]
+
+
+# Opens a WebSocket and resolves with whether it opened, what came back for each message sent,
+# and its close code; a socket the server refuses before the upgrade never opens.
+TALK_ON_SOCKET = """
+(url, messages) => new Promise((resolve) => {
+  const socket = new WebSocket(url);
+  const got = { opened: false, replies: [], code: null };
+  socket.onopen = () => { got.opened = true; for (const m of messages) socket.send(m); };
+  socket.onmessage = (e) => {
+    got.replies.push(e.data);
+    if (got.replies.length === messages.length) socket.close(1000);
+  };
+  socket.onclose = (e) => { got.code = e.code; resolve(got); };
+})
+"""
+
+
+def _sockets(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", headers={"authorization": f"Bearer {API_KEY}"}, timeout=10).text
+    return metric(text, "chains_websocket_messages_total", direction="in")
+
+
+def test_a_page_opens_a_websocket_with_a_stream_ticket_never_the_key(
+    page: Any, page_origin: str, realtime_chain: Any
+) -> None:
+    url = realtime_chain.entrypoint_url
+    before = _sockets(url)
+    _client(page, page_origin)
+    got = page.evaluate(
+        f"""async ([url, key]) => {{
+          const client = await import(url + "/client.js");
+          const talk = {TALK_ON_SOCKET};
+          const plain = url.replace("http://", "ws://") + "/run_remote";
+          const out = {{}};
+          out.noTicket = await talk(plain, ["refused"]);
+          out.keyAsTicket = await talk(plain + "?chains_ticket=" + key, ["refused"]);
+          out.ticketUrl = await client.socketUrl(url, {{ apiKey: key }});
+          out.withTicket = await talk(out.ticketUrl, ["hello", "page"]);
+          const socket = await client.openSocket(url, {{ apiKey: key }});
+          out.opened = await new Promise((resolve) => {{
+            socket.onmessage = (e) => {{ socket.close(); resolve(e.data); }};
+            socket.send("from openSocket");
+          }});
+          try {{
+            await client.openSocket(url);
+          }} catch (e) {{
+            out.openWithoutKey = e.name;
+          }}
+          return out;
+        }}""",
+        [url, API_KEY],
+    )
+    for refused in ("noTicket", "keyAsTicket"):
+        assert got[refused]["opened"] is False and got[refused]["replies"] == [], refused
+    assert API_KEY not in got["ticketUrl"] and got["ticketUrl"].startswith("ws://")
+    assert got["withTicket"] == {"opened": True, "replies": ["HELLO", "PAGE"], "code": 1000}
+    assert got["opened"] == "FROM OPENSOCKET"
+    assert got["openWithoutKey"] == "ChainError"
+    assert _sockets(url) - before == 3  # the ticket's two messages and openSocket's one
+
+
+def test_a_page_of_an_origin_not_allowed_cannot_open_a_websocket(
+    page: Any, other_origin: str, realtime_chain: Any
+) -> None:
+    url = realtime_chain.entrypoint_url
+    # A good ticket, which a page of this origin could not have read itself: the origin alone refuses it.
+    answer = httpx.post(f"{url}/stream_ticket", headers={"authorization": f"Bearer {API_KEY}"}, timeout=10)
+    ticketed = url.replace("http://", "ws://") + "/run_remote?chains_ticket=" + answer.json()["ticket"]
+    before = _sockets(url)
+    _client(page, other_origin)
+    got = page.evaluate(f"([url]) => ({TALK_ON_SOCKET})(url, ['refused'])", [ticketed])
+    assert got["opened"] is False and got["replies"] == []
+    assert _sockets(url) == before

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,7 @@ class ReceivedSpan:
     attributes: dict[str, Any]
     status_code: int
     events: list[str]
+    links: list[tuple[str, str]] = field(default_factory=list)  # (trace id, span id) of each
 
 
 class Receiver:
@@ -144,6 +145,7 @@ def _decode(request: ExportTraceServiceRequest) -> list[ReceivedSpan]:
                         attributes={a.key: _value(a.value) for a in span.attributes},
                         status_code=span.status.code,
                         events=[event.name for event in span.events],
+                        links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
                     )
                 )
     return out

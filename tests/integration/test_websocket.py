@@ -185,6 +185,45 @@ async def test_credentials_are_checked_before_the_upgrade(chain: tuple[ServerPro
         assert await ws.recv() == "direct"
 
 
+async def test_a_stream_ticket_opens_the_entrypoints_socket_in_place_of_the_key(
+    chain: tuple[ServerProcess, ServerProcess],
+) -> None:
+    worker, head = chain
+    ticket = httpx.post(head.url + "/stream_ticket", headers=KEY).json()["ticket"]
+    async with connect(f"{ws_url(head)}?chains_ticket={ticket}") as ws:
+        await ws.send("with a ticket")
+        assert await ws.recv() == "with a ticket"
+    expired = ticket.split(".")
+    expired[1] = "1000"  # long past, and the signature no longer matches either
+    refused = {
+        "no ticket": (ws_url(head), "from POST /stream_ticket"),
+        "the key as a ticket": (f"{ws_url(head)}?chains_ticket={API_KEY}", "not a stream ticket"),
+        "a forged ticket": (f"{ws_url(head)}?chains_ticket={'.'.join(expired)}", "signature is wrong"),
+        # Internal chainlets take the chain's token only.
+        "a ticket at an internal chainlet": (f"{ws_url(worker)}?chains_ticket={ticket}", "internal token"),
+    }
+    for case, (url, detail) in refused.items():
+        with pytest.raises(InvalidStatus) as refusal:
+            await connect(url)
+        response = refusal.value.response
+        assert response.status_code == 401, case
+        assert detail in json.loads(response.body)["detail"], case
+
+
+async def test_a_web_page_of_an_origin_not_allowed_is_refused_before_the_upgrade(
+    chain: tuple[ServerProcess, ServerProcess],
+) -> None:
+    _, head = chain
+    with pytest.raises(InvalidStatus) as refusal:
+        await connect(ws_url(head), additional_headers=KEY, origin="http://elsewhere.example")  # type: ignore[arg-type]
+    assert refusal.value.response.status_code == 403
+    assert "--cors-origin" in json.loads(refusal.value.response.body)["detail"]
+    # A page the entrypoint served itself (its /docs) is of its own origin.
+    async with connect(ws_url(head), additional_headers=KEY, origin=head.url) as ws:  # type: ignore[arg-type]
+        await ws.send("same origin")
+        assert await ws.recv() == "same origin"
+
+
 async def test_a_plain_post_to_a_websocket_endpoint_is_refused_clearly(
     chain: tuple[ServerProcess, ServerProcess],
 ) -> None:

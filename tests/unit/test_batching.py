@@ -206,6 +206,62 @@ def test_metrics_record_batch_sizes_waits_and_the_queue() -> None:
     assert "chains_batch" not in Metrics("Plain").render()
 
 
+class ThreadBody:
+    """A sync fake model: records each batch and the thread it ran in; the first batch waits
+    until the test lets it go, so that the next batches are queued (and full) by then."""
+
+    def __init__(self, fail_batch: int | None = None) -> None:
+        self.batches: list[list[int]] = []
+        self.threads: list[str] = []
+        self.first = threading.Event()
+        self.fail_batch = fail_batch
+
+    def __call__(self, items: list[int]) -> list[int]:
+        self.batches.append(list(items))
+        self.threads.append(threading.current_thread().name)
+        if len(self.batches) == 1:
+            assert self.first.wait(30), "the test never let the first batch go"
+        if len(self.batches) == self.fail_batch:
+            raise ValueError(f"batch {self.fail_batch} fails")
+        return [item * 10 for item in items]
+
+
+def test_a_sync_body_goes_on_to_the_next_full_batches_in_its_thread() -> None:
+    async def main() -> tuple[ThreadBody, Metrics, list[Any]]:
+        body, metrics = ThreadBody(fail_batch=2), Metrics("Model")
+        b = batcher(body, size=2, observer=metrics, sync=True)
+        metrics.batch_queue = lambda: b.queued
+        first = [asyncio.ensure_future(b.submit(i)) for i in (1, 2)]
+        for _ in range(3000):  # until the first batch is running (bounded: 30 s)
+            if body.batches:
+                break
+            await asyncio.sleep(0.01)
+        assert body.batches == [[1, 2]]
+        with serving_call(CallContext("late", deadline=time.monotonic() - 1)):
+            late = asyncio.ensure_future(b.submit(0))  # its deadline passes in the queue
+        queued = [asyncio.ensure_future(b.submit(i)) for i in (3, 4, 5, 6, 7, 8)]
+        await settle()
+        assert b.queued == 7
+        body.first.set()
+        outcomes = await asyncio.gather(*first, late, *queued, return_exceptions=True)
+        return body, metrics, outcomes
+
+    body, metrics, outcomes = asyncio.run(main())
+    # The worker thread took [0 (expired), 3, 4] as [3, 4], then [5, 6] and [7, 8], each full
+    # once the batch before it ended, without handing back to the event loop in between.
+    assert body.batches == [[1, 2], [3, 4], [5, 6], [7, 8]]
+    assert len(set(body.threads)) == 1
+    assert outcomes[:2] == [10, 20]
+    assert isinstance(outcomes[2], chains.DeadlineExceeded)  # and never computed (above)
+    # Batch 2 failed: its two calls only.
+    assert all(isinstance(o, ValueError) and "batch 2 fails" in str(o) for o in outcomes[3:5])
+    assert outcomes[5:] == [50, 60, 70, 80]
+    text = metrics.render()
+    assert 'chains_batch_size_count{chainlet="Model"} 4' in text
+    assert 'chains_batch_size_sum{chainlet="Model"} 8.000000' in text
+    assert 'chains_batch_wait_seconds_count{chainlet="Model"} 8' in text
+
+
 # -- through run_local ---------------------------------------------------------------------------
 
 

@@ -67,3 +67,9 @@ export function eventSourceUrl(
   args?: Record<string, unknown>,
   options?: Pick<CallOptions, "apiKey" | "signal">,
 ): Promise<string>;
+
+/** The URL for `new WebSocket(...)` to a WebSocket entrypoint; with an API key it carries a short-lived stream ticket. */
+export function socketUrl(url: string, options?: Pick<CallOptions, "apiKey" | "signal">): Promise<string>;
+
+/** An open WebSocket to a WebSocket entrypoint (a stream ticket is fetched first with an API key). */
+export function openSocket(url: string, options?: Pick<CallOptions, "apiKey" | "signal">): Promise<WebSocket>;

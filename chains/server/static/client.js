@@ -198,14 +198,45 @@ export async function eventSourceUrl(url, args = {}, { apiKey, signal } = {}) {
     const plain = typeof value === "string" || typeof value === "number" || typeof value === "boolean";
     target.searchParams.set(name, plain ? String(value) : JSON.stringify(value));
   }
-  if (apiKey) {
-    const response = await fetch(endpoint(url).slice(0, -RUN.length) + "/stream_ticket", {
-      method: "POST",
-      headers: { authorization: `Bearer ${apiKey}` },
-      signal,
-    });
-    if (!response.ok) throw await failure(response);
-    target.searchParams.set("chains_ticket", (await response.json()).ticket);
-  }
+  if (apiKey) target.searchParams.set("chains_ticket", await streamTicket(url, apiKey, signal));
   return target.toString();
+}
+
+async function streamTicket(url, apiKey, signal) {
+  const response = await fetch(endpoint(url).slice(0, -RUN.length) + "/stream_ticket", {
+    method: "POST",
+    headers: { authorization: `Bearer ${apiKey}` },
+    signal,
+  });
+  if (!response.ok) throw await failure(response);
+  return (await response.json()).ticket;
+}
+
+/**
+ * The URL a WebSocket opens for a WebSocket entrypoint (ws: or wss: after the chain's
+ * scheme). A page cannot set a WebSocket's headers, so with an API key a short-lived stream
+ * ticket is fetched first and goes in the query: the key itself never goes into a URL.
+ */
+export async function socketUrl(url, { apiKey, signal } = {}) {
+  const target = new URL(endpoint(url));
+  target.protocol = target.protocol === "https:" ? "wss:" : "ws:";
+  if (apiKey) target.searchParams.set("chains_ticket", await streamTicket(url, apiKey, signal));
+  return target.toString();
+}
+
+/**
+ * Open a conversation with a WebSocket entrypoint: resolves with the open WebSocket, or
+ * rejects with a ChainError when it cannot be opened (a browser does not say why: a refusal
+ * of the ticket, the origin or a full chainlet all look alike to the page).
+ */
+export async function openSocket(url, { apiKey, signal } = {}) {
+  const socket = new WebSocket(await socketUrl(url, { apiKey, signal }));
+  return await new Promise((resolve, reject) => {
+    socket.addEventListener("open", () => resolve(socket), { once: true });
+    socket.addEventListener(
+      "close",
+      (e) => reject(new ChainError("SocketRefused", `the WebSocket did not open (close code ${e.code})`)),
+      { once: true },
+    );
+  });
 }
