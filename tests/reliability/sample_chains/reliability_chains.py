@@ -65,26 +65,32 @@ class UnaryEntry(chains.ChainletBase):
 
 class PairedDoubler(chains.ChainletBase):
     """Two replicas; a replica that restarts takes RESTART_INIT_SEC to get ready again, so a
-    caller waiting for the restart instead of using the other replica would be plain to see."""
+    caller waiting for the restart instead of using the other replica would be plain to see:
+    its call would be answered by the new process. Each answer names the process (pid) that
+    served it, and a restarted process writes when its ``__init__`` ended (``time.monotonic``,
+    one clock for every process of the machine) to ``paired-ready-<replica>``: it cannot have
+    accepted a call before then."""
 
     remote_config = chains.RemoteConfig(compute=chains.Compute(replicas=2))
 
     def __init__(self) -> None:
-        marker = Path(os.environ["CHAINS_HOME"]) / f"paired-started-{os.environ.get('CHAINS_REPLICA', '0')}"
+        replica = os.environ.get("CHAINS_REPLICA", "0")
+        marker = Path(os.environ["CHAINS_HOME"]) / f"paired-started-{replica}"
         if marker.exists():
             time.sleep(float(os.environ.get("RESTART_INIT_SEC", "3")))
+            (marker.parent / f"paired-ready-{replica}").write_text(repr(time.monotonic()))
         marker.touch()
 
-    async def run_remote(self, x: int) -> int:
+    async def run_remote(self, x: int) -> list[int]:
         await asyncio.sleep(0.005)
-        return 2 * x
+        return [2 * x, os.getpid()]
 
 
 class PairEntry(chains.ChainletBase):
     def __init__(self, doubler: PairedDoubler = chains.depends(PairedDoubler)) -> None:
         self._doubler = doubler
 
-    async def run_remote(self, x: int) -> int:
+    async def run_remote(self, x: int) -> list[int]:
         return await self._doubler.run_remote(x)
 
 
