@@ -9,8 +9,14 @@ parent "project" when the original was imported, "packages" when the copy beside
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import signal
+import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -154,3 +160,48 @@ async def test_the_truss_export_imports_from_the_copies(tmp_path: Path) -> None:
         assert answer.status_code == 200 and answer.json() == "one"
         imported = Path(str(sys.modules["numberwords"].__file__))
         assert imported.parents[1] == exported.out / "Counter" / "data" / "chainlet" / "packages"
+
+
+def test_push_watch_replaces_the_chainlet_whose_package_changed(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    file = write_project(tmp_path, name="ext-watched")
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "chains", "push", str(file), "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli.env,
+    )
+    try:
+        assert watcher.stdout is not None
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in watcher.stdout], daemon=True).start()
+
+        def line_starting(prefix: str, timeout: float = 120) -> str:
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                with contextlib.suppress(queue.Empty):
+                    line = lines.get(timeout=left)
+                    if line.startswith(prefix):
+                        return line
+            return f"(no line starting {prefix!r} within {timeout} s)"
+
+        started = line_starting("watching")
+        assert str(tmp_path / "project" / "more_libs") in started, started
+        url = str(cli.state("ext-watched")["entrypoint_url"]) + "/run_remote"
+        assert httpx.post(url, json={"n": 1}, timeout=30).json()["text"] == "ONE!"
+        numbers = tmp_path / "project" / "more_libs" / "numberwords.py"
+        numbers.write_text(numbers.read_text().replace("'one'", "'uno'"))
+        report = line_starting("[watch]")
+        assert "replaced Counter" in report and "Loud" not in report, report
+        # The old process answers on the connections it already had until it has drained them.
+        answers = []
+        for _ in range(50):
+            answers.append(httpx.post(url, json={"n": 1}, timeout=30).json()["text"])
+            if answers[-1] == "UNO!":
+                break
+            time.sleep(0.2)
+        assert answers[-1] == "UNO!" and set(answers) <= {"ONE!", "UNO!"}, answers
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        watcher.wait(30)
