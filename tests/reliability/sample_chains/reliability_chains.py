@@ -64,21 +64,21 @@ class UnaryEntry(chains.ChainletBase):
 
 
 class PairedDoubler(chains.ChainletBase):
-    """Two replicas; a replica that restarts takes RESTART_INIT_SEC to get ready again, so a
-    caller waiting for the restart instead of using the other replica would be plain to see:
-    its call would be answered by the new process. Each answer names the process (pid) that
-    served it, and a restarted process writes when its ``__init__`` ended (``time.monotonic``,
-    one clock for every process of the machine) to ``paired-ready-<replica>``: it cannot have
-    accepted a call before then."""
+    """Two replicas. A replica that restarts is held in ``__init__`` until the file
+    ``paired-release-<replica>`` appears in ``CHAINS_HOME`` (at most RESTART_HOLD_MAX_SEC), so
+    the test decides when it may serve again: until then, a call it answers could only have
+    waited for it. Each answer names the process (pid) that served it."""
 
     remote_config = chains.RemoteConfig(compute=chains.Compute(replicas=2))
 
     def __init__(self) -> None:
         replica = os.environ.get("CHAINS_REPLICA", "0")
-        marker = Path(os.environ["CHAINS_HOME"]) / f"paired-started-{replica}"
+        home = Path(os.environ["CHAINS_HOME"])
+        marker = home / f"paired-started-{replica}"
         if marker.exists():
-            time.sleep(float(os.environ.get("RESTART_INIT_SEC", "3")))
-            (marker.parent / f"paired-ready-{replica}").write_text(repr(time.monotonic()))
+            deadline = time.monotonic() + float(os.environ.get("RESTART_HOLD_MAX_SEC", "120"))
+            while not (home / f"paired-release-{replica}").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         marker.touch()
 
     async def run_remote(self, x: int) -> list[int]:
