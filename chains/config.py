@@ -138,7 +138,9 @@ class DockerImage(_Config):
 
     Paths (``requirements_file``, ``data_dir``, ``external_package_dirs``) are relative to the
     chain file's folder, or absolute: ``chains.make_abs_path_here("requirements.txt")`` makes
-    one relative to the module that calls it.
+    one relative to the module that calls it. ``data_dir`` is copied with the chainlet as its
+    ``context.data_dir``; each of ``external_package_dirs`` is copied too and is an import
+    root where the chainlet runs (and where ``chains check`` imports the chain file).
 
     >>> DockerImage(pip_requirements=["numpy>=2"], apt_requirements=["ffmpeg"]).pip_requirements
     ['numpy>=2']
@@ -160,6 +162,13 @@ class DockerImage(_Config):
         for entry in value:
             if not entry.strip():
                 raise ValueError("entries must be non-empty package names")
+        return value
+
+    @pydantic.field_validator("external_package_dirs")
+    @classmethod
+    def _no_blank_folders(cls, value: list[str]) -> list[str]:
+        if any(not entry.strip() for entry in value):
+            raise ValueError("entries must be folder paths, e.g. '../shared'")
         return value
 
     @pydantic.model_validator(mode="before")

@@ -14,6 +14,7 @@ from chains.chainlet import ChainletBase, ModelBase, entrypoint_marker, is_abstr
 from chains.checks import NAME_RE, Chain, build_chain, check_chainlet, collecting_violations
 from chains.errors import ChainsUsageError, Violation
 from chains.locations import Locator
+from chains.package_dirs import declared_package_dirs, join_import_path, package_dirs
 
 __all__ = ["chainlets_in", "find_entrypoint", "import_chain_file", "load_chain"]
 
@@ -23,7 +24,8 @@ def import_chain_file(path: str | Path) -> tuple[ModuleType, list[Violation]]:
 
     Two chain files may both define ``Entry``: each lives in its own module. Importing the
     same file again replaces the earlier module. The file's folder goes on ``sys.path`` so
-    that it can import its neighbours, as it would when run as a script.
+    that it can import its neighbours, as it would when run as a script, and after it the
+    folders its ``DockerImage(external_package_dirs=[...])`` name by literal paths.
     """
     file = Path(path).resolve()
     if not file.is_file():
@@ -39,6 +41,8 @@ def import_chain_file(path: str | Path) -> tuple[ModuleType, list[Violation]]:
     folder = str(file.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
+    declared = declared_package_dirs(file)
+    join_import_path([d.resolved for d in declared if d.resolved.is_dir()], file.parent)
     sys.modules[module_name] = module
     with collecting_violations() as found:
         try:
@@ -56,6 +60,10 @@ def import_chain_file(path: str | Path) -> tuple[ModuleType, list[Violation]]:
                     "acts on: install them with `pip install truss` to check and export "
                     "such a file (see docs/migrating-from-truss.md)"
                 ) from exc
+            missing = [d.missing_message for d in declared if not d.resolved.is_dir()]
+            if missing:
+                # The import most likely failed for want of that folder: say so first.
+                raise ChainsUsageError("\n".join(missing) + "\n" + _import_failure(path, file, exc)) from exc
             raise ChainsUsageError(_import_failure(path, file, exc)) from exc
         except Exception as exc:
             del sys.modules[module_name]
@@ -189,6 +197,14 @@ def load_chain(path: str | Path, entrypoint: str | None = None, name: str | None
     except ChainsUsageError as exc:
         violations.extend(v for v in exc.violations if v not in violations)
         raise ChainsUsageError(violations=violations) from None
+    folder = Path(path).resolve().parent
+    for spec in chain.chainlets:
+        # Their modules may be imported later (in a method, by run_local): the path holds them
+        # for as long as the chain file's own folder.
+        try:
+            join_import_path(package_dirs(spec.name, spec.remote_config.docker_image, folder), folder)
+        except ChainsUsageError as exc:
+            violations.append(Locator(spec.cls).at_class(str(exc)))
     if violations:
         raise ChainsUsageError(violations=violations)
     return chain

@@ -71,8 +71,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "DockerImage(external_package_dirs=...)",
         lambda c: bool(c.docker_image.external_package_dirs),
-        frozenset(),
-        "not copied yet; install those packages with pip_requirements or keep them beside the chain file",
+        _ALL,
     ),
     Setting("Compute(instance_type=...)", lambda c: bool(c.compute.instance_type), _TRUSS_ONLY),
     Setting("Assets(cached=...)", lambda c: bool(c.assets.cached), _TRUSS_ONLY),

@@ -7,7 +7,8 @@ file imports are seen too). A chain that fails its checks keeps the running vers
 chainlets whose generated code changed are replaced, new process before old, on the same
 port, so calls keep being answered. One save is one change, reported once: the folder must
 rest a moment before a change counts, editors' swap and backup files are no source, and a
-file written again with the same content changes nothing.
+file written again with the same content changes nothing. The folders of
+``DockerImage(external_package_dirs=...)`` the chain has when the watch starts are watched too.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import click
 
 from chains.checks import Chain
 from chains.deploy import find_state, stop_chain
+from chains.package_dirs import package_dirs
 from chains.targets.local import control
 from chains.targets.state import chain_dir
 
@@ -70,14 +72,31 @@ def contents(folder: Path) -> dict[str, str]:
     return digests
 
 
-def _settled(folder: Path, seen: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
-    """The folder's snapshot once it stopped changing for a moment: one save often writes
+def watched_folders(file: Path, chain: Chain) -> list[Path]:
+    """The chain file's folder, then each folder of its chainlets' ``external_package_dirs``."""
+    folder = file.resolve().parent
+    found = [folder]
+    for spec in chain.chainlets:
+        found += package_dirs(spec.name, spec.remote_config.docker_image, folder)
+    return list(dict.fromkeys(found))
+
+
+def _snapshot_all(folders: list[Path]) -> dict[str, tuple[int, int]]:
+    return {path: seen for folder in folders for path, seen in snapshot(folder).items()}
+
+
+def _contents_all(folders: list[Path]) -> dict[tuple[str, str], str]:
+    return {(str(folder), rel): digest for folder in folders for rel, digest in contents(folder).items()}
+
+
+def _settled(folders: list[Path], seen: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """The folders' snapshot once they stopped changing for a moment: one save often writes
     several times (a truncate then the text, a backup then the file, a formatter after the
     editor)."""
     deadline = time.monotonic() + _SETTLE_MAX_SEC
     while time.monotonic() < deadline:
         time.sleep(_SETTLE_SEC)
-        now = snapshot(folder)
+        now = _snapshot_all(folders)
         if now == seen:
             break
         seen = now
@@ -168,20 +187,20 @@ def _hang_up(signum: int, frame: object) -> None:
 def watch(file: Path, chain: Chain, *, entrypoint: str | None = None) -> None:
     """Watch the chain's folder until Ctrl-C, SIGTERM or SIGHUP (its terminal closing), then
     stop the chain: nothing it started outlives it."""
-    folder = file.resolve().parent
-    before = snapshot(folder)
-    deployed = contents(folder)
+    folders = watched_folders(file, chain)
+    before = _snapshot_all(folders)
+    deployed = _contents_all(folders)
     generation = 0
     previous = {sig: signal.signal(sig, _hang_up) for sig in (signal.SIGHUP, signal.SIGTERM)}
     try:
-        click.echo(f"watching {folder} for changes (Ctrl-C stops the chain)")
+        click.echo(f"watching {', '.join(map(str, folders))} for changes (Ctrl-C stops the chain)")
         while True:
             time.sleep(_POLL_SEC)
-            now = snapshot(folder)
+            now = _snapshot_all(folders)
             if now == before:
                 continue
-            before = _settled(folder, now)
-            content = contents(folder)
+            before = _settled(folders, now)
+            content = _contents_all(folders)
             if content == deployed:
                 continue  # written again as it was: nothing to reload, nothing to say
             deployed = content

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import keyword
+import re
 import shutil
 import sys
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ import jinja2
 
 from chains.checks import Chain, ChainletSpec
 from chains.errors import ChainsUsageError
+from chains.package_dirs import package_dirs
 from codegen.descriptor import DESCRIPTOR, chainlet_descriptor, descriptor_text, read_descriptor
 from codegen.ignore import check_source_size, max_source_bytes, source_files
 from codegen.imports import Imports
@@ -184,6 +186,12 @@ def _same_file(path: str | None, file: Path) -> bool:
     return path is not None and Path(path).resolve() == file
 
 
+def _top_level_names(files: list[tuple[str, Path]]) -> set[str]:
+    """What ``import x`` finds in a folder holding ``files``: its modules and packages."""
+    names = {rel.split("/", 1)[0] if "/" in rel else rel.removesuffix(".py") for rel, _ in files}
+    return {name for name in names if name.isidentifier()}
+
+
 class _SourceTree:
     """The files copied to ``src/``, hashed once for every chainlet."""
 
@@ -191,9 +199,8 @@ class _SourceTree:
         self.files = files
         self.paths = dict(files)
         self.digests = {rel: file_digest(path) for rel, path in files}
-        # What `import x` finds in src/: its modules and packages, for sorting imports.
-        names = {rel.split("/", 1)[0] if "/" in rel else rel.removesuffix(".py") for rel, _ in files}
-        self.top_level = {name for name in names if name.isidentifier()}
+        # For sorting imports: the chain's own modules are first-party.
+        self.top_level = _top_level_names(files)
 
 
 @dataclass(frozen=True)
@@ -201,6 +208,7 @@ class _Rendered:
     files: dict[str, str]  # relative path -> text, chainlet.json included
     code_version: str
     data: list[tuple[str, Path]] = field(default_factory=list)  # copied to data/: (relative path, file)
+    packages: list[tuple[str, Path]] = field(default_factory=list)  # copied to packages/, likewise
 
 
 def _render_chainlet(
@@ -214,9 +222,16 @@ def _render_chainlet(
     chain_file: str,
 ) -> _Rendered:
     head = header(source.given, out_dir, spec.name)
-    first_party = src.top_level | {STUBS_PACKAGE}
+    package_roots = _package_roots(spec, source, out_dir)
+    first_party = (
+        src.top_level
+        | {STUBS_PACKAGE}
+        | {name for _, files in package_roots for name in _top_level_names(files)}
+    )
     stubs = _render_stubs(env, chain, spec, source, first_party, head)
-    server, server_modules = _render_server(env, chain, spec, source, first_party, stubs, head)
+    server, server_modules = _render_server(
+        env, chain, spec, source, first_party, stubs, head, [name for name, _ in package_roots]
+    )
     used_first_party = set().union(server_modules, *(s.imported_modules for s in stubs)) & first_party
     files = {
         "server.py": server,
@@ -232,6 +247,7 @@ def _render_chainlet(
             apt_requirements=spec.remote_config.docker_image.apt_requirements,
             build_commands=spec.remote_config.build_commands,
             has_data=bool(spec.remote_config.docker_image.data_dir),
+            package_roots=[name for name, _ in package_roots],
         ),
         "ruff.toml": env.get_template("ruff.toml.jinja").render(
             header=head, first_party=sorted(used_first_party)
@@ -241,6 +257,12 @@ def _render_chainlet(
     if data:
         # The data's content goes into the code version through this manifest of its digests.
         files["data.json"] = json.dumps({rel: file_digest(path) for rel, path in data}, indent=2) + "\n"
+    packages = [(f"{name}/{rel}", path) for name, found in package_roots for rel, path in found]
+    if packages:
+        # As data.json: the packages' content is part of the chainlet's code version.
+        files["packages.json"] = (
+            json.dumps({rel: file_digest(path) for rel, path in packages}, indent=2) + "\n"
+        )
     version = code_version(chain, spec, files, head, src.paths, src.digests)
     descriptor = chainlet_descriptor(
         chain,
@@ -250,7 +272,7 @@ def _render_chainlet(
         chain_file=chain_file,
     )
     files[DESCRIPTOR] = descriptor_text(descriptor)
-    return _Rendered(files, version, data)
+    return _Rendered(files, version, data, packages)
 
 
 def _render_stubs(
@@ -292,6 +314,7 @@ def _render_server(
     first_party: set[str],
     stubs: list[StubModule],
     head: str,
+    package_roots: list[str],
 ) -> tuple[str, set[str]]:
     qualname = spec.cls.__qualname__
     if "<locals>" in qualname:
@@ -336,6 +359,7 @@ def _render_server(
         chain=chain.name,
         late_imports=_after_code(imports.lines()),
         app_lines=app_lines,
+        package_roots=package_roots,
     )
     return text, imports.top_modules()
 
@@ -385,6 +409,27 @@ def _data_files(spec: ChainletSpec, source: _ChainSource) -> list[tuple[str, Pat
     return sorted((path.relative_to(folder).as_posix(), path) for path in folder.rglob("*") if path.is_file())
 
 
+def _package_roots(
+    spec: ChainletSpec, source: _ChainSource, out_dir: Path
+) -> list[tuple[str, list[tuple[str, Path]]]]:
+    """Each folder of ``DockerImage(external_package_dirs=...)``: the name of its copy under
+    packages/ (its own, made unique) and its files, chosen as the chain's folder's are."""
+    roots: list[tuple[str, list[tuple[str, Path]]]] = []
+    for folder in package_dirs(spec.name, spec.remote_config.docker_image, source.file.parent):
+        files = source_files(folder, skip=[out_dir])
+        check_source_size(folder, files, max_source_bytes())
+        # Two folders may share a name (lib/ of two projects); the copy's name only has to be unique.
+        # The name goes into a Dockerfile's ENV line unquoted: keep it to a safe alphabet.
+        base = re.sub(r"[^A-Za-z0-9._-]", "_", folder.name) or "packages"
+        taken = {name for name, _ in roots}
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}_{n}"
+        roots.append((name, files))
+    return roots
+
+
 def _replace_directory(directory: Path, rendered: _Rendered, src: _SourceTree) -> None:
     """Write the chainlet's files to a staging directory, then swap it in for the old one."""
     _check_replaceable(directory)
@@ -402,10 +447,11 @@ def _replace_directory(directory: Path, rendered: _Rendered, src: _SourceTree) -
         target = staging / "src" / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(file, target)
-    for rel, file in rendered.data:
-        target = staging / "data" / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(file, target)
+    for folder, copies in (("data", rendered.data), ("packages", rendered.packages)):
+        for rel, file in copies:
+            target = staging / folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, target)
     if directory.exists():
         directory.rename(retired)
     staging.rename(directory)

@@ -49,6 +49,13 @@ __all__ = ["RETRY_STATUSES", "CallPolicy", "Decode", "DecodeStream"]
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 _MAX_BACKOFF_SEC = 2.0
 _FIRST_BACKOFF_SEC = 0.05
+# 0.05 s doubling per retry, plus up to 0.05 s of jitter, capped at 2 s (the cap is applied to
+# the sum in _wait). Built from parts that every tenacity in the supported range has alike:
+# wait_exponential_jitter names its first wait `initial` up to 9.1 and deprecates that name
+# for `multiplier`, which older versions lack, from 9.2.
+_BACKOFF = tenacity.wait_exponential(
+    multiplier=_FIRST_BACKOFF_SEC, max=_MAX_BACKOFF_SEC
+) + tenacity.wait_random(0, _FIRST_BACKOFF_SEC)
 
 Decode = Callable[[bytes], Any]
 """A unary result from its body; a pydantic ``ValidationError`` means it broke the contract."""
@@ -452,9 +459,7 @@ class CallPolicy:
         # not about the others.
         if isinstance(exc, _Retryable) and len(set(tried)) < len(self.urls):
             return 0.0
-        backoff: float = tenacity.wait_exponential_jitter(
-            initial=_FIRST_BACKOFF_SEC, max=_MAX_BACKOFF_SEC, jitter=_FIRST_BACKOFF_SEC
-        )(state)
+        backoff = min(float(_BACKOFF(state)), _MAX_BACKOFF_SEC)
         if isinstance(exc, _Retryable) and exc.retry_after is not None:
             return max(backoff, exc.retry_after)
         return backoff

@@ -64,27 +64,33 @@ class UnaryEntry(chains.ChainletBase):
 
 
 class PairedDoubler(chains.ChainletBase):
-    """Two replicas; a replica that restarts takes RESTART_INIT_SEC to get ready again, so a
-    caller waiting for the restart instead of using the other replica would be plain to see."""
+    """Two replicas. A replica that restarts is held in ``__init__`` until the file
+    ``paired-release-<replica>`` appears in ``CHAINS_HOME`` (at most RESTART_HOLD_MAX_SEC), so
+    the test decides when it may serve again: until then, a call it answers could only have
+    waited for it. Each answer names the process (pid) that served it."""
 
     remote_config = chains.RemoteConfig(compute=chains.Compute(replicas=2))
 
     def __init__(self) -> None:
-        marker = Path(os.environ["CHAINS_HOME"]) / f"paired-started-{os.environ.get('CHAINS_REPLICA', '0')}"
+        replica = os.environ.get("CHAINS_REPLICA", "0")
+        home = Path(os.environ["CHAINS_HOME"])
+        marker = home / f"paired-started-{replica}"
         if marker.exists():
-            time.sleep(float(os.environ.get("RESTART_INIT_SEC", "3")))
+            deadline = time.monotonic() + float(os.environ.get("RESTART_HOLD_MAX_SEC", "120"))
+            while not (home / f"paired-release-{replica}").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         marker.touch()
 
-    async def run_remote(self, x: int) -> int:
+    async def run_remote(self, x: int) -> list[int]:
         await asyncio.sleep(0.005)
-        return 2 * x
+        return [2 * x, os.getpid()]
 
 
 class PairEntry(chains.ChainletBase):
     def __init__(self, doubler: PairedDoubler = chains.depends(PairedDoubler)) -> None:
         self._doubler = doubler
 
-    async def run_remote(self, x: int) -> int:
+    async def run_remote(self, x: int) -> list[int]:
         return await self._doubler.run_remote(x)
 
 
