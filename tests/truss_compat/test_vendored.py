@@ -296,3 +296,26 @@ async def test_the_throttling_chain_waits_for_slots_and_says_so(caplog: pytest.L
     assert four >= 0.5 and eight >= 1.0
     waits = [r.getMessage() for r in caplog.records if "wait for a slot" in r.getMessage()]
     assert waits and "concurrency_limit=4" in waits[0]
+
+
+def test_the_timeout_and_throttling_chains_pushed_answer_over_http(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    timeout = cli.push(str(TESTS / "timeout" / "timeout_chain.py"), "--name", "truss-timeout")
+    throttling = cli.push(str(TESTS / "throttling_chain" / "throttling_chain.py"), "--name", "truss-throttle")
+    try:
+        with httpx.Client(timeout=60) as client:
+            for use_sync, dependency in ((False, "Dependency"), (True, "DependencySync")):
+                answer = client.post(timeout["entrypoint_url"] + "/run_remote", json={"use_sync": use_sync})
+                assert answer.status_code == 500, answer.text
+                error = answer.json()["error"]
+                assert error["exc_type"] == "DeadlineExceeded", error
+                assert error["message"].startswith(f"{dependency} did not answer within 0.5s"), error
+            four = client.post(throttling["entrypoint_url"] + "/run_remote", json={"num_requests": 4})
+            eight = client.post(throttling["entrypoint_url"] + "/run_remote", json={"num_requests": 8})
+        # Each dependency call sleeps 0.5 s and the stub lets 4 run at once: 8 take two rounds.
+        assert four.json() >= 0.5 and eight.json() >= 1.0
+        logs = cli.run("logs", "truss-throttle", "ThrottlingChain", "--lines", "500").stdout
+        assert "wait for a slot" in logs and "concurrency_limit=4" in logs
+    finally:
+        cli.run("stop", "truss-timeout", check=False)
+        cli.run("stop", "truss-throttle", check=False)
