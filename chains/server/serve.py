@@ -58,6 +58,8 @@ def create_app(
                 f'(e.g. {{"{dep.name}": ["http://127.0.0.1:8001"]}})'
             )
     credentials = {dep.name: _credential(spec.name, dep.name, settings) for dep in spec.dependencies}
+    # One context for every stub: the chain's CA alone, when the target gave one.
+    ssl_context = settings.tls.client_context() if spec.dependencies else None
 
     made: list[StubBase] = []
 
@@ -76,6 +78,7 @@ def create_app(
                 authorization=credentials[dep.name],
                 metrics=metrics,
                 max_frame_bytes=settings.max_frame_bytes,
+                ssl_context=ssl_context,
             )
             made.append(stub)
             services[dep.name] = DeployedServiceDescriptor(dep.name, options=options, urls=address.urls)
@@ -199,7 +202,9 @@ class _DrainingServer(uvicorn.Server):
 
         loop = asyncio.get_running_loop()
         for sock in sockets:
-            self.servers.append(await loop.create_server(protocol, sock=sock, backlog=config.backlog))
+            self.servers.append(
+                await loop.create_server(protocol, sock=sock, backlog=config.backlog, ssl=config.ssl)
+            )
 
     async def _watch_startup(self) -> None:
         await self.chainlet_app.started.wait()
@@ -327,6 +332,7 @@ def serve(
     except ChainsUsageError as exc:
         logger.error("cannot start: %s", exc)
         return EXIT_STARTUP_FAILED
+    tls = app.settings.tls
     config = uvicorn.Config(
         app,
         host=host,
@@ -344,6 +350,9 @@ def serve(
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         ws_max_size=app.settings.max_body_bytes,
+        # HTTPS only, when the target issued the chainlet a certificate (chains/tls.py).
+        ssl_certfile=tls.cert_file,
+        ssl_keyfile=tls.key_file,
     )
     server = _DrainingServer(config, app, hold_until_built=fd is not None)
     sockets = [socket.socket(fileno=fd)] if fd is not None else None
