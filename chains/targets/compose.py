@@ -427,12 +427,15 @@ def swarm_document(
     network: dict[str, Any] = {"driver": "overlay", "labels": extra}
     if encrypted:
         network["driver_opts"] = {"encrypted": ""}
+    # Credentials are referred to by the variable they fill; TLS files by their own name. Each
+    # is a swarm secret made before the deploy.
+    declared = {variable: {"external": True, "name": name} for variable, name in secret_names.items()}
+    for chainlet in wiring.chainlets:
+        for source, _, _ in _swarm_tls_files(chainlet, tls).values():
+            declared[source] = {"external": True, "name": source}
     return {
         "version": "3.8",
         "services": dict(sorted(services.items())),
         "networks": {SWARM_NETWORK: network},
-        # Referred to by the variable they fill; each is a swarm secret made before the deploy.
-        "secrets": {
-            variable: {"external": True, "name": name} for variable, name in sorted(secret_names.items())
-        },
+        "secrets": dict(sorted(declared.items())),
     }

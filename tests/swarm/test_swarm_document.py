@@ -115,6 +115,8 @@ def test_with_tls_internal_chainlets_serve_https_and_every_caller_trusts_the_cha
         service = document["services"][chainlet.service]
         env = service["environment"]
         files = {s["target"]: s for s in service["secrets"] if s["source"].startswith("tls-")}
+        # Every secret a service names is declared, as one made beforehand.
+        assert all(document["secrets"][s["source"]]["external"] for s in service["secrets"])
         # Files, not variables: the secret loader turns only CHAINS_* files into variables.
         assert not any(target.startswith("CHAINS_") for target in files)
         assert env["CHAINS_TLS_CA_FILE"] == "/run/secrets/chains-tls-ca.pem"
