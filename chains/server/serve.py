@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import sys
 import time
@@ -58,6 +59,8 @@ def create_app(
                 f'(e.g. {{"{dep.name}": ["http://127.0.0.1:8001"]}})'
             )
     credentials = {dep.name: _credential(spec.name, dep.name, settings) for dep in spec.dependencies}
+    # One context for every stub: the chain's CA alone, when the target gave one.
+    ssl_context = settings.tls.client_context() if spec.dependencies else None
 
     made: list[StubBase] = []
 
@@ -76,6 +79,7 @@ def create_app(
                 authorization=credentials[dep.name],
                 metrics=metrics,
                 max_frame_bytes=settings.max_frame_bytes,
+                ssl_context=ssl_context,
             )
             made.append(stub)
             services[dep.name] = DeployedServiceDescriptor(dep.name, options=options, urls=address.urls)
@@ -159,6 +163,9 @@ class _DrainingServer(uvicorn.Server):
     still idle when the grace period ends are closed under the client, as the keep-alive
     timeout would.
 
+    A SIGTERM repeated during the drain is logged and changes nothing; a second SIGINT
+    (Ctrl+C) stops at once, cancelling the calls in flight.
+
     On an inherited socket (``fd``, shared with the process being replaced), it starts
     accepting only once the chainlet is built, so that no call meets it "not ready yet".
     """
@@ -170,6 +177,7 @@ class _DrainingServer(uvicorn.Server):
         self.exit_code = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
+        self._draining_since: float | None = None  # set by the first SIGTERM or SIGINT
 
     async def serve(self, sockets: Any = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -199,7 +207,9 @@ class _DrainingServer(uvicorn.Server):
 
         loop = asyncio.get_running_loop()
         for sock in sockets:
-            self.servers.append(await loop.create_server(protocol, sock=sock, backlog=config.backlog))
+            self.servers.append(
+                await loop.create_server(protocol, sock=sock, backlog=config.backlog, ssl=config.ssl)
+            )
 
     async def _watch_startup(self) -> None:
         await self.chainlet_app.started.wait()
@@ -209,11 +219,26 @@ class _DrainingServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Not uvicorn's handler: it would re-raise the signal after shutdown (exit 143).
-        if self._drain_task is not None or self._loop is None:
+        if self._loop is None:
             self.force_exit = True
             self.should_exit = True
             return
+        if self._draining_since is not None:
+            if sig == signal.SIGTERM:
+                # Platforms repeat it (dockerd stopping a swarm node signals a task for the
+                # swarm and again for itself): the drain goes on, and only the platform's
+                # SIGKILL at the end of its grace period cuts it short.
+                self._loop.call_soon_threadsafe(self._log_repeated_sigterm)
+                return
+            self.force_exit = True  # a second Ctrl+C at a terminal: stop now
+            self.should_exit = True
+            return
+        self._draining_since = time.monotonic()
         self._loop.call_soon_threadsafe(self._start_drain)
+
+    def _log_repeated_sigterm(self) -> None:
+        since = time.monotonic() - (self._draining_since or 0.0)
+        logger.info("SIGTERM again %.1fs into the drain: still draining", since)
 
     def _start_drain(self) -> None:
         self._drain_task = asyncio.ensure_future(self._drain())
@@ -327,6 +352,7 @@ def serve(
     except ChainsUsageError as exc:
         logger.error("cannot start: %s", exc)
         return EXIT_STARTUP_FAILED
+    tls = app.settings.tls
     config = uvicorn.Config(
         app,
         host=host,
@@ -344,6 +370,9 @@ def serve(
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         ws_max_size=app.settings.max_body_bytes,
+        # HTTPS only, when the target issued the chainlet a certificate (chains/tls.py).
+        ssl_certfile=tls.cert_file,
+        ssl_keyfile=tls.key_file,
     )
     server = _DrainingServer(config, app, hold_until_built=fd is not None)
     sockets = [socket.socket(fileno=fd)] if fd is not None else None

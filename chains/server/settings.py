@@ -15,6 +15,7 @@ from pathlib import Path
 
 from chains.errors import ChainsUsageError
 from chains.server.cors import CorsPolicy
+from chains.tls import TlsSettings
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DependencyAddress", "ServerSettings", "check_api_key"]
 
@@ -160,6 +161,8 @@ class ServerSettings:
     cors: CorsPolicy = field(default_factory=lambda: CorsPolicy(()))
     # One INFO line per call (chainlet, status, duration, stream items, request id).
     request_log: bool = True
+    # HTTPS served, and the CA the dependencies are verified with (see chains/tls.py).
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
     @property
     def shows_tracebacks(self) -> bool:
@@ -229,6 +232,7 @@ class ServerSettings:
             debug_errors=_SWITCH[debug_errors.strip().lower()],
             cors=_cors(env.get("CHAINS_CORS_ORIGINS", "")),
             request_log=_switch(env, "CHAINS_REQUEST_LOG", default=True),
+            tls=TlsSettings.from_env(env),
         )
 
 

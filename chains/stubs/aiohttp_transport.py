@@ -7,6 +7,7 @@ docs/server-framework.md and the ``chain-1hop-httpx`` row of benchmarks/README.m
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
@@ -17,9 +18,14 @@ __all__ = ["AiohttpTransport"]
 
 
 class AiohttpTransport:
-    """:class:`~chains.stubs.transport.AsyncTransport` over a keep-alive aiohttp session."""
+    """:class:`~chains.stubs.transport.AsyncTransport` over a keep-alive aiohttp session.
 
-    def __init__(self) -> None:
+    ``ssl_context`` verifies ``https://`` peers (e.g. against a chain's own CA only); by
+    default the system's authorities do.
+    """
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._ssl: ssl.SSLContext | bool = True if ssl_context is None else ssl_context
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
 
@@ -28,7 +34,9 @@ class AiohttpTransport:
         if self._session is None or self._session.closed or self._session_loop is not loop:
             # One pooled session per event loop: keep-alive to every replica. It does not
             # decompress, so the policy's headers never invite a compressed answer.
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
+            connector = aiohttp.TCPConnector(
+                limit=0, keepalive_timeout=30, enable_cleanup_closed=True, ssl=self._ssl
+            )
             self._session = aiohttp.ClientSession(
                 connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, TypeVar
@@ -41,6 +42,8 @@ class StubBase:
 
     ``transport`` replaces the aiohttp client under async calls (see
     :mod:`chains.stubs.transport`); everything else about a call stays the same.
+    ``ssl_context`` is what ``https://`` callees are verified with (a chain's own CA, see
+    :mod:`chains.tls`); by default the system's authorities.
 
     A chainlet's stub (the code generator writes these)::
 
@@ -79,6 +82,7 @@ class StubBase:
         metrics: Metrics | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         transport: AsyncTransport | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if isinstance(urls, DeployedServiceDescriptor):
             # Truss Chains' form: ``Stub(context.get_service_descriptor(name), api_key)``.
@@ -113,6 +117,7 @@ class StubBase:
             is_chain_token=bool(token),
             metrics=metrics,
             transport=transport,
+            ssl_context=ssl_context,
         )
         if api_key is not None:
             self._policy.credential = "the Api-Key given to the stub"

@@ -6,6 +6,7 @@ load httpx: :class:`~chains.stubs.policy.CallPolicy` imports it on the first syn
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 
 import httpx
@@ -16,10 +17,11 @@ __all__ = ["HttpxTransport"]
 
 
 class HttpxTransport:
-    """:class:`~chains.stubs.transport.SyncTransport` over a keep-alive ``httpx.Client``."""
+    """:class:`~chains.stubs.transport.SyncTransport` over a keep-alive ``httpx.Client``;
+    ``ssl_context`` verifies ``https://`` peers (by default the system's authorities do)."""
 
-    def __init__(self) -> None:
-        self._client = httpx.Client(timeout=None)
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._client = httpx.Client(timeout=None, verify=True if ssl_context is None else ssl_context)
 
     def send(self, url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> Response:
         try:

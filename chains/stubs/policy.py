@@ -18,6 +18,7 @@ import asyncio
 import functools
 import itertools
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -100,6 +101,7 @@ class CallPolicy:
         metrics: Metrics | None = None,
         transport: AsyncTransport | None = None,
         sync_transport: SyncTransport | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.name = name
         self.urls = tuple(urls)
@@ -111,7 +113,9 @@ class CallPolicy:
         self.metrics = metrics
         self._turn = itertools.count(random.randrange(len(self.urls)))
         self._limit = CallLimit(options.concurrency_limit, name)
-        self.transport: AsyncTransport = transport or AiohttpTransport()
+        # Given to the default transports: what https:// callees are verified with.
+        self._ssl_context = ssl_context
+        self.transport: AsyncTransport = transport or AiohttpTransport(ssl_context)
         self._sync_transport = sync_transport
         self._content_type = codec.BINARY_MEDIA_TYPE if options.use_binary else "application/json"
 
@@ -272,7 +276,7 @@ class CallPolicy:
             # not pay for loading it.
             from chains.stubs.httpx_transport import HttpxTransport
 
-            self._sync_transport = HttpxTransport()
+            self._sync_transport = HttpxTransport(self._ssl_context)
         timeout = self._attempt_timeout(call)
         url = self._next_url(tried)
         try:

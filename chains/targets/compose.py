@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from chains.targets.yamltext import dump
 __all__ = [
     "CHAINLETS_DIR",
     "ComposeTarget",
+    "SwarmTlsSecrets",
     "compose_document",
     "env_example",
     "swarm_document",
@@ -249,6 +251,36 @@ SWARM_SECRET_LOADER = "\n".join(
 )
 SERVER_COMMAND = ("python", "server.py", "--host", "0.0.0.0", "--port", str(PORT))
 _CHAINLET_UID = "10001"  # the `chains` user of every chainlet image
+# TLS files as the tasks see them: lower-case names, so the loader above leaves them files.
+_TLS_FILES = {
+    "CHAINS_TLS_CA_FILE": "chains-tls-ca.pem",
+    "CHAINS_TLS_CERT_FILE": "chains-tls-cert.pem",
+    "CHAINS_TLS_KEY_FILE": "chains-tls-key.pem",
+}
+# The image's probe of /readyz, over TLS verified with the chain's CA: the name it checks
+# (localhost) is on every chainlet's certificate.
+_TLS_HEALTHCHECK = "; ".join(
+    [
+        "import socket, ssl, sys",
+        f"c = ssl.create_default_context(cafile='{SWARM_SECRETS_DIR}/{_TLS_FILES['CHAINS_TLS_CA_FILE']}')",
+        f"s = c.wrap_socket(socket.create_connection(('127.0.0.1', {PORT}), 2), server_hostname='localhost')",
+        "s.sendall(b'GET /readyz HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n')",
+        "sys.exit(s.recv(16)[9:12] != b'200')",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class SwarmTlsSecrets:
+    """The swarm secrets of TLS between a chain's chainlets (see :mod:`chains.tls`).
+
+    ``ca`` holds the chain's CA certificate, which every chainlet verifies its dependencies
+    with; ``certificates`` maps each chainlet that serves HTTPS (all but the entrypoint, whose
+    published port serves plain HTTP) to the secrets holding its certificate and its key.
+    """
+
+    ca: str
+    certificates: Mapping[str, tuple[str, str]]
 
 
 def swarm_secret_variables(wiring: ChainWiring, chainlet: ChainletWiring, with_api_key: bool) -> list[str]:
@@ -267,11 +299,15 @@ def _swarm_service(
     entry_port: int,
     secrets: set[str],
     labels: dict[str, str],
+    tls: SwarmTlsSecrets | None,
 ) -> dict[str, Any]:
     compute = chainlet.spec.remote_config.compute
     env = {name: value.replace("$", "$$") for name, value in chainlet.env.items()}
     env["CHAINS_ENVIRONMENT"] = "swarm"
     variables = swarm_secret_variables(wiring, chainlet, "CHAINS_API_KEY" in secrets)
+    tls_files = _swarm_tls_files(chainlet, tls)
+    for variable, (_, target, _) in tls_files.items():
+        env[variable] = f"{SWARM_SECRETS_DIR}/{target}"
     # The entrypoint publishes a port on its node, which one task at a time can hold: its old
     # task stops before the new one starts. Every other chainlet starts its new task first.
     order = "stop-first" if chainlet.is_entrypoint else "start-first"
@@ -295,6 +331,10 @@ def _swarm_service(
                 "mode": 0o400,
             }
             for name in variables
+        ]
+        + [
+            {"source": source, "target": target, "uid": _CHAINLET_UID, "gid": _CHAINLET_UID, "mode": mode}
+            for source, target, mode in tls_files.values()
         ],
         "labels": service_labels,
         "networks": [SWARM_NETWORK],
@@ -325,6 +365,8 @@ def _swarm_service(
             "rollback_config": {"parallelism": 1, "order": order},
         },
     }
+    if "CHAINS_TLS_CERT_FILE" in tls_files:
+        service["healthcheck"]["test"] = ["CMD", "python", "-I", "-S", "-c", _TLS_HEALTHCHECK]
     if compute.gpu is not None:
         service["deploy"]["resources"]["reservations"] = {
             "generic_resources": [{"discrete_resource_spec": {"kind": "gpu", "value": compute.gpu_count}}]
@@ -337,6 +379,20 @@ def _swarm_service(
     return service
 
 
+def _swarm_tls_files(
+    chainlet: ChainletWiring, tls: SwarmTlsSecrets | None
+) -> dict[str, tuple[str, str, int]]:
+    """Variable -> (secret, file name, mode) of the TLS files ``chainlet``'s tasks get."""
+    if tls is None:
+        return {}
+    files = {"CHAINS_TLS_CA_FILE": (tls.ca, _TLS_FILES["CHAINS_TLS_CA_FILE"], 0o444)}
+    if chainlet.name in tls.certificates:
+        cert, key = tls.certificates[chainlet.name]
+        files["CHAINS_TLS_CERT_FILE"] = (cert, _TLS_FILES["CHAINS_TLS_CERT_FILE"], 0o444)
+        files["CHAINS_TLS_KEY_FILE"] = (key, _TLS_FILES["CHAINS_TLS_KEY_FILE"], 0o400)
+    return files
+
+
 def swarm_document(
     wiring: ChainWiring,
     images: dict[str, str],
@@ -345,6 +401,7 @@ def swarm_document(
     entry_port: int = DEFAULT_ENTRY_PORT,
     encrypted: bool = True,
     labels: dict[str, str] | None = None,
+    tls: SwarmTlsSecrets | None = None,
 ) -> dict[str, Any]:
     """The stack file for ``docker stack deploy``: the compose services, as swarm services.
 
@@ -352,7 +409,9 @@ def swarm_document(
     ``secret_names`` maps each credential's variable (``CHAINS_INTERNAL_TOKEN``,
     ``CHAINS_API_KEY``, ``CHAINS_SECRET_<key>``) to the swarm secret that holds it, created
     beforehand: the file names secrets, never their values. One overlay network joins the
-    services, its traffic between nodes encrypted (IPsec) when ``encrypted``. For example::
+    services, its traffic between nodes encrypted (IPsec) when ``encrypted``. With ``tls``
+    (secrets made beforehand, as the credentials are), the chainlets call each other over
+    HTTPS: ``wiring`` must have been made with ``scheme="https"``. For example::
 
         document = swarm_document(wiring, {"Entry": "chains/hello-entry:3f2a"},
                                   {"CHAINS_INTERNAL_TOKEN": "hello-internal-token-1a2b"})
@@ -360,18 +419,23 @@ def swarm_document(
     """
     extra = dict(labels or {})
     services = {
-        c.service: _swarm_service(wiring, c, images[c.name], entry_port, set(secret_names), extra)
+        c.service: _swarm_service(wiring, c, images[c.name], entry_port, set(secret_names), extra, tls)
         for c in wiring.chainlets
     }
+    if tls is not None and any(c.scheme != "https" for c in wiring.chainlets):
+        raise ValueError("TLS between chainlets needs a wiring made with scheme='https'")
     network: dict[str, Any] = {"driver": "overlay", "labels": extra}
     if encrypted:
         network["driver_opts"] = {"encrypted": ""}
+    # Credentials are referred to by the variable they fill; TLS files by their own name. Each
+    # is a swarm secret made before the deploy.
+    declared = {variable: {"external": True, "name": name} for variable, name in secret_names.items()}
+    for chainlet in wiring.chainlets:
+        for source, _, _ in _swarm_tls_files(chainlet, tls).values():
+            declared[source] = {"external": True, "name": source}
     return {
         "version": "3.8",
         "services": dict(sorted(services.items())),
         "networks": {SWARM_NETWORK: network},
-        # Referred to by the variable they fill; each is a swarm secret made before the deploy.
-        "secrets": {
-            variable: {"external": True, "name": name} for variable, name in sorted(secret_names.items())
-        },
+        "secrets": dict(sorted(declared.items())),
     }

@@ -11,6 +11,10 @@ credentials swarm secrets, and runs ``docker stack deploy`` on the stack file th
   dependants through the swarm's DNS (``endpoint_mode: dnsrr``: round robin over the tasks'
   own addresses; virtual IPs need IPVS on every node);
 - one overlay network, encrypted between nodes (IPsec) unless ``CHAINS_SWARM_ENCRYPT=0``;
+- TLS between chainlets (unless ``CHAINS_SWARM_TLS=0``): a certificate authority of the chain,
+  kept on the pushing machine (:mod:`chains.targets.certificates`), issues each internal
+  chainlet a certificate; they serve HTTPS and call each other verifying that authority
+  only. The entrypoint's published port serves plain HTTP (see docs/deploy.md);
 - the internal token, the API key and the chain's secrets as swarm secrets, given to each
   task as files, never written to the stack file or the services' environment;
 - the entrypoint published on its manager node's own address (``mode: host``);
@@ -44,6 +48,7 @@ from chains.progress import Board, Stage
 from chains.targets import PushOptions, running_target
 from chains.targets.compose import (
     DEFAULT_ENTRY_PORT,
+    SwarmTlsSecrets,
     project_name,
     swarm_document,
     swarm_secret_variables,
@@ -85,11 +90,20 @@ def node_engines() -> list[str]:
     return [part for part in raw.replace(",", " ").split() if part]
 
 
-def encryption_wanted() -> bool:
-    raw = os.environ.get("CHAINS_SWARM_ENCRYPT", "1").strip().lower()
+def _switch(name: str) -> bool:
+    raw = os.environ.get(name, "1").strip().lower()
     if raw not in ("0", "1", "false", "true", "no", "yes"):
-        raise ChainsUsageError(f"CHAINS_SWARM_ENCRYPT={raw!r}: use 1 (the default) or 0")
+        raise ChainsUsageError(f"{name}={raw!r}: use 1 (the default) or 0")
     return raw in ("1", "true", "yes")
+
+
+def encryption_wanted() -> bool:
+    return _switch("CHAINS_SWARM_ENCRYPT")
+
+
+def tls_wanted() -> bool:
+    """Whether the chainlets call each other over TLS (``CHAINS_SWARM_TLS``, on by default)."""
+    return _switch("CHAINS_SWARM_TLS")
 
 
 @dataclass(frozen=True)
@@ -153,13 +167,18 @@ class SwarmTarget:
             # The docker target's builds, on the manager: same tags, same layer cache.
             images = DockerTarget(self.log)._images(engine, chain, result, base_image)
             self._distribute(engine, manager, images)
+            tls = tls_wanted()
             wiring = wire(
                 chain,
                 {name: c.code_version for name, c in result.chainlets.items()},
                 registry=None,
                 environment="swarm",
+                scheme="https" if tls else "http",
             )
             secret_names = self._secrets(engine, stack, wiring, options, deploy_dir.name, created_secrets)
+            tls_secrets = (
+                self._tls_secrets(engine, stack, wiring, deploy_dir.name, created_secrets) if tls else None
+            )
             entry_port = self._entry_port(options, previous)
             document = swarm_document(
                 wiring,
@@ -168,6 +187,7 @@ class SwarmTarget:
                 entry_port=entry_port,
                 encrypted=encryption_wanted(),
                 labels={LABEL: chain.name, "chains.deployment": deploy_dir.name},
+                tls=tls_secrets,
             )
             stack_file = deploy_dir / "stack.json"
             # JSON is YAML: the stack file names secrets, never holds them.
@@ -298,6 +318,38 @@ class SwarmTarget:
                 f"no value for secret(s) {keys}: pass --secret KEY=VALUE or --secrets-file"
             )
         return names
+
+    def _tls_secrets(
+        self, engine: Engine, stack: _Stack, wiring: ChainWiring, deploy_id: str, created: list[str]
+    ) -> SwarmTlsSecrets:
+        """The chain's CA certificate and a fresh certificate and key for every internal
+        chainlet, each a swarm secret of this push; the CA's key stays on this machine."""
+        from chains.targets.certificates import LOOPBACK_NAMES, ChainAuthority
+
+        authority = ChainAuthority.load_or_create(stack.chain)
+        labels = {LABEL: stack.chain, "chains.deployment": deploy_id}
+
+        def secret(owner: str, kind: str, data: bytes) -> str:
+            # Swarm secret names: at most 64 characters.
+            digest = hashlib.sha256(owner.encode()).hexdigest()[:6]
+            name = f"{owner[:36].rstrip('-_')}-{digest}-tls-{kind}-{deploy_id[-6:]}"
+            engine.client.secrets.create(
+                name=name, data=data, labels={**labels, "chains.secret": f"tls-{kind}"}
+            )
+            created.append(name)
+            return name
+
+        certificates = {}
+        for chainlet in wiring.chainlets:
+            if chainlet.is_entrypoint:
+                continue  # serves its published port in plain HTTP: docs/deploy.md
+            # Dependants reach it by its service name on the stack's network.
+            issued = authority.issue([chainlet.service, *LOOPBACK_NAMES])
+            certificates[chainlet.name] = (
+                secret(chainlet.service, "cert", issued.cert_pem),
+                secret(chainlet.service, "key", issued.key_pem),
+            )
+        return SwarmTlsSecrets(secret(stack.name, "ca", authority.cert_pem), certificates)
 
     def _entry_port(self, options: PushOptions, previous: ChainState | None) -> int:
         if options.entry_port is not None:

@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from chains.checks import Chain, ChainletSpec
 from chains.errors import ChainsUsageError
@@ -51,6 +52,9 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 
 _DNS_MAX = 63
+
+# How chainlets call each other: https where the target serves them TLS (chains/tls.py).
+Scheme = Literal["http", "https"]
 _LABEL_VALUE_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$")
 
 
@@ -82,6 +86,7 @@ class ChainletWiring:
     is_entrypoint: bool
     env: Mapping[str, str]  # plain settings, sorted by name; secrets are never here
     grace_sec: float
+    scheme: Scheme = "http"
 
     @property
     def name(self) -> str:
@@ -89,7 +94,7 @@ class ChainletWiring:
 
     @property
     def url(self) -> str:
-        return f"http://{self.service}:{PORT}"
+        return f"{self.scheme}://{self.service}:{PORT}"
 
     @property
     def secret_keys(self) -> tuple[str, ...]:
@@ -164,10 +169,12 @@ def wire(
     registry: str | None,
     environment: str,
     cors_origins: Iterable[str] = (),
+    scheme: Scheme = "http",
 ) -> ChainWiring:
     """The services of ``chain``; ``code_versions`` maps each chainlet to its generated code version.
 
-    ``cors_origins`` are allowed on the entrypoint besides its RemoteConfig's (``--cors-origin``).
+    ``cors_origins`` are allowed on the entrypoint besides its RemoteConfig's (``--cors-origin``);
+    ``scheme`` is the one of the dependencies' URLs.
     """
 
     services: dict[str, str] = {}
@@ -203,7 +210,7 @@ def wire(
             env.update(cors_env(chain, cors_origins))
         dependencies = sorted({dep.name for dep in spec.dependencies})
         if dependencies:
-            urls = {name: [f"http://{services[name]}:{PORT}"] for name in dependencies}
+            urls = {name: [f"{scheme}://{services[name]}:{PORT}"] for name in dependencies}
             env["CHAINS_DEPENDENCY_URLS"] = json.dumps(urls, sort_keys=True, separators=(",", ":"))
         for name in env:
             if name.startswith(SECRET_PREFIX) or name in ("CHAINS_INTERNAL_TOKEN", "CHAINS_API_KEY"):
@@ -222,6 +229,7 @@ def wire(
                 is_entrypoint=spec is chain.entrypoint,
                 env=dict(sorted(env.items())),
                 grace_sec=grace,
+                scheme=scheme,
             )
         )
     return ChainWiring(chain.name, tuple(wired))

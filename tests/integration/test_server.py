@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -493,6 +494,33 @@ def test_sigterm_drains_an_inflight_stream_then_exits_0(generated: dict[str, Pat
             received.extend(iterator)
         assert b"".join(received) == b"".join(f"t{i} ".encode() for i in range(10))
         assert server.process.wait(15) == 0
+    finally:
+        server.kill()
+
+
+def test_a_repeated_sigterm_does_not_cut_the_drain_short(generated: dict[str, Path]) -> None:
+    """dockerd stopping a swarm node signals each task twice: the second SIGTERM must not
+    cancel the calls the first one left to finish (they would get a bare 500)."""
+    server = serve(generated, "Tokens", entrypoint=True).start().wait_ready()
+    try:
+        with httpx.stream(
+            "POST",
+            server.url + "/run_remote",
+            json={"n": 10, "delay": 0.1},
+            headers=server.headers,
+            timeout=10,
+        ) as response:
+            iterator = response.iter_bytes()
+            received = [next(iterator)]
+            assert server.process is not None
+            server.process.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+            server.process.send_signal(signal.SIGTERM)
+            received.extend(iterator)
+        assert response.status_code == 200
+        assert b"".join(received) == b"".join(f"t{i} ".encode() for i in range(10))
+        assert server.process.wait(15) == 0
+        assert "SIGTERM again" in server.logs() and "still draining" in server.logs()
     finally:
         server.kill()
 

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from chains.loader import load_chain
-from chains.targets.compose import swarm_document, swarm_secret_variables
+from chains.targets.compose import SwarmTlsSecrets, swarm_document, swarm_secret_variables
 from chains.targets.wiring import ChainWiring, wire
 from tests.exports.conftest import CHAINS
 from tests.exports.test_compose import compose_schema
@@ -84,3 +84,65 @@ def test_the_overlay_is_encrypted_unless_asked_not_to_be() -> None:
     assert encrypted["networks"]["chain"]["driver_opts"] == {"encrypted": ""}
     _, plain = _document("hello", encrypted=False)
     assert "driver_opts" not in plain["networks"]["chain"]
+
+
+def _tls_document(name: str) -> tuple[ChainWiring, dict[str, Any]]:
+    chain = load_chain(CHAINS[name])
+    wiring = wire(
+        chain, {s.name: "v1" for s in chain.chainlets}, registry=None, environment="swarm", scheme="https"
+    )
+    variables = {v for c in wiring.chainlets for v in swarm_secret_variables(wiring, c, False)}
+    secrets = {v: f"swarm-secret-{v.lower()}" for v in variables}
+    images = {c.name: f"chains/x-{c.service}:v1-abc" for c in wiring.chainlets}
+    tls = SwarmTlsSecrets(
+        "tls-ca",
+        {
+            c.name: (f"tls-cert-{c.service}", f"tls-key-{c.service}")
+            for c in wiring.chainlets
+            if not c.is_entrypoint
+        },
+    )
+    return wiring, swarm_document(wiring, images, secrets, tls=tls)
+
+
+@pytest.mark.parametrize("name", ["streaming", "rich"])
+def test_with_tls_internal_chainlets_serve_https_and_every_caller_trusts_the_chains_ca(name: str) -> None:
+    wiring, document = _tls_document(name)
+    validator = jsonschema.Draft202012Validator(compose_schema())
+    assert [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(document)] == []
+    called = 0
+    for chainlet in wiring.chainlets:
+        service = document["services"][chainlet.service]
+        env = service["environment"]
+        files = {s["target"]: s for s in service["secrets"] if s["source"].startswith("tls-")}
+        # Every secret a service names is declared, as one made beforehand.
+        assert all(document["secrets"][s["source"]]["external"] for s in service["secrets"])
+        # Files, not variables: the secret loader turns only CHAINS_* files into variables.
+        assert not any(target.startswith("CHAINS_") for target in files)
+        assert env["CHAINS_TLS_CA_FILE"] == "/run/secrets/chains-tls-ca.pem"
+        assert files["chains-tls-ca.pem"]["source"] == "tls-ca"
+        if chainlet.is_entrypoint:
+            # Its published port serves plain HTTP (docs/deploy.md): no certificate, the
+            # image's own health check.
+            assert "CHAINS_TLS_CERT_FILE" not in env and set(files) == {"chains-tls-ca.pem"}
+            assert "test" not in service["healthcheck"]
+        else:
+            assert env["CHAINS_TLS_CERT_FILE"] == "/run/secrets/chains-tls-cert.pem"
+            assert env["CHAINS_TLS_KEY_FILE"] == "/run/secrets/chains-tls-key.pem"
+            assert files["chains-tls-key.pem"]["source"] == f"tls-key-{chainlet.service}"
+            assert (
+                files["chains-tls-key.pem"]["mode"] == 0o400 and files["chains-tls-key.pem"]["uid"] == "10001"
+            )
+            probe = service["healthcheck"]["test"]
+            assert probe[:2] == ["CMD", "python"] and "server_hostname='localhost'" in probe[-1]
+        urls = json.loads(env.get("CHAINS_DEPENDENCY_URLS", "{}"))
+        for dependency, (url,) in urls.items():
+            assert url == f"https://{wiring.get(dependency).service}:8000"
+            called += 1
+    assert called >= 1
+
+
+def test_tls_needs_https_wiring() -> None:
+    wiring = _wiring("hello")
+    with pytest.raises(ValueError, match="scheme='https'"):
+        swarm_document(wiring, {c.name: "i" for c in wiring.chainlets}, {}, tls=SwarmTlsSecrets("ca", {}))
