@@ -10,14 +10,14 @@ then work the same on every running target. An *export* target (``kubernetes``,
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 from chains.checks import Chain
 from chains.errors import ChainsUsageError
-from chains.origins import check_origin
+from chains.targets.environment import cors_env
+from chains.targets.options import PushOptions
 from chains.targets.state import ChainState
 
 __all__ = [
@@ -29,31 +29,6 @@ __all__ = [
     "export_target",
     "running_target",
 ]
-
-
-@dataclass(frozen=True)
-class PushOptions:
-    """What ``chains push`` was asked for, beyond the chain itself."""
-
-    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
-    entry_port: int | None = None
-    timeout: float = 60.0
-    api_key: str | None = field(default=None, repr=False)  # required by the entrypoint when set
-    base_image: str | None = None  # docker: the image each chainlet's image builds on
-    registry: str | None = None  # kubernetes: where images are pushed, e.g. "registry.example/team"
-    out_dir: Path | None = None  # export targets: where to write
-    apply: bool = False  # kubernetes: run `kubectl apply -k` on the result
-    model_urls: Mapping[str, str] = field(default_factory=dict)  # truss: chainlet -> its model's predict URL
-    address: str | None = None  # ray: the cluster (ray://HEAD:10001, HEAD:PORT or auto)
-    cors_origins: tuple[str, ...] = ()  # more origins whose pages may call the entrypoint
-
-
-def cors_env(chain: Chain, more: Iterable[str] = ()) -> dict[str, str]:
-    """``CHAINS_CORS_ORIGINS`` for the entrypoint: its RemoteConfig's origins and ``more``
-    (``chains push --cors-origin``); empty when there are none."""
-    given = [*chain.entrypoint.remote_config.cors_origins, *(check_origin(origin) for origin in more)]
-    origins = dict.fromkeys(given)
-    return {"CHAINS_CORS_ORIGINS": ",".join(origins)} if origins else {}
 
 
 class RunningTarget(Protocol):

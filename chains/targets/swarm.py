@@ -48,8 +48,9 @@ from chains.targets.compose import (
     swarm_document,
     swarm_secret_variables,
 )
-from chains.targets.docker import DockerTarget, merge_followed
-from chains.targets.docker_engine import Engine, connect
+from chains.targets.docker import merge_followed
+from chains.targets.docker_engine import LABEL, Engine, connect, engine_time
+from chains.targets.image_builds import build_images
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -63,7 +64,6 @@ from chains.targets.wiring import LABEL_NAME, PORT, ChainWiring, wire
 
 __all__ = ["SwarmTarget", "node_engines"]
 
-LABEL = "chains.chain"
 STACK_LABEL = "com.docker.stack.namespace"  # what `docker stack deploy` labels its objects with
 DEPLOY_TIMEOUT_SEC = 120.0  # `docker stack deploy` itself; readiness is bounded by --timeout
 STOP_TIMEOUT_SEC = 60.0  # beyond the grace: tasks to shut down, the network to go
@@ -151,7 +151,7 @@ class SwarmTarget:
         try:
             result = generate(chain, source_file, deploy_dir / "generated", base_image=base_image)
             # The docker target's builds, on the manager: same tags, same layer cache.
-            images = DockerTarget(self.log)._images(engine, chain, result, base_image)
+            images = build_images(engine, chain, result, base_image, self.log)
             self._distribute(engine, manager, images)
             wiring = wire(
                 chain,
@@ -453,7 +453,7 @@ class SwarmTarget:
                         port=entry_port if is_entry else PORT,
                         url=url,
                         state=status,
-                        started_at=_timestamp(task.get("Status", {}).get("Timestamp")) or time.time(),
+                        started_at=engine_time(task.get("Status", {}).get("Timestamp")) or time.time(),
                         container=f"{service.name}.{task.get('Slot')} on {_node_name(node)}",
                         image=spec["TaskTemplate"]["ContainerSpec"]["Image"],
                     )
@@ -672,12 +672,6 @@ def _node_address(node: dict[str, Any]) -> str:
 
 def _node_name(node: dict[str, Any]) -> str:
     return str((node.get("Description") or {}).get("Hostname") or node.get("ID") or "?")
-
-
-def _timestamp(text: object) -> float | None:
-    from chains.targets.docker import _started_at
-
-    return _started_at({"State": {"StartedAt": text}}) if text else None
 
 
 def _log_lines(service: Any, follow: bool, lines: int) -> Iterator[str]:
