@@ -12,29 +12,55 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from chains.checks import Chain
 from chains.errors import ChainsUsageError
 from chains.targets.environment import cors_env
-from chains.targets.options import PushOptions
+from chains.targets.options import (
+    ComposeOptions,
+    DockerOptions,
+    ExportOptions,
+    KubernetesOptions,
+    LocalOptions,
+    PushOptions,
+    RayOptions,
+    SwarmOptions,
+    TrussOptions,
+    for_target,
+    options_for,
+)
 from chains.targets.state import ChainState
 
 __all__ = [
     "TARGETS",
+    "ComposeOptions",
+    "DockerOptions",
+    "ExportOptions",
     "ExportTarget",
+    "KubernetesOptions",
+    "LocalOptions",
     "PushOptions",
+    "RayOptions",
     "RunningTarget",
+    "SwarmOptions",
+    "TrussOptions",
     "cors_env",
     "export_target",
+    "for_target",
+    "options_for",
     "running_target",
 ]
 
 
-class RunningTarget(Protocol):
+# A target's own options type (chains.targets.options), which its push or export takes.
+O_contra = TypeVar("O_contra", bound=PushOptions, contravariant=True)
+
+
+class RunningTarget(Protocol[O_contra]):
     """A target that runs the chain and can report on, show logs of, and stop it."""
 
-    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState: ...
+    def push(self, chain: Chain, source_file: Path, options: O_contra) -> ChainState: ...
 
     def alive(self, state: ChainState) -> bool: ...
 
@@ -43,10 +69,10 @@ class RunningTarget(Protocol):
     def stop(self, state: ChainState, grace: float) -> None: ...
 
 
-class ExportTarget(Protocol):
+class ExportTarget(Protocol[O_contra]):
     """A target that writes files for another system to run the chain."""
 
-    def export(self, chain: Chain, source_file: Path, options: PushOptions) -> list[Path]: ...
+    def export(self, chain: Chain, source_file: Path, options: O_contra) -> list[Path]: ...
 
 
 # name -> (module, class, kind). Imported on use: a target's dependencies (the docker SDK,
@@ -77,13 +103,13 @@ def _load(name: str, kind: str) -> object:
     return getattr(importlib.import_module(module), cls)()
 
 
-def running_target(name: str) -> RunningTarget:
-    target: RunningTarget = _load(name, "running")  # type: ignore[assignment]
+def running_target(name: str) -> RunningTarget[Any]:
+    target: RunningTarget[Any] = _load(name, "running")  # type: ignore[assignment]
     return target
 
 
-def export_target(name: str) -> ExportTarget:
-    target: ExportTarget = _load(name, "export")  # type: ignore[assignment]
+def export_target(name: str) -> ExportTarget[Any]:
+    target: ExportTarget[Any] = _load(name, "export")  # type: ignore[assignment]
     return target
 
 

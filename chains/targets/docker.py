@@ -39,10 +39,11 @@ from chains.checks import Chain, ChainletSpec
 from chains.config import Compute
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.progress import Board, Stage
-from chains.targets import PushOptions, running_target
+from chains.targets import running_target
 from chains.targets.docker_engine import LABEL, Engine, connect, describe_state, started_at
 from chains.targets.environment import chainlet_environment
 from chains.targets.image_builds import build_images, prune_images
+from chains.targets.options import DockerOptions
 from chains.targets.ports import check_port_free, free_port, port_of
 from chains.targets.push_sequence import push_sequence
 from chains.targets.state import (
@@ -108,7 +109,7 @@ class DockerTarget:
 
     # -- push ------------------------------------------------------------------------------------
 
-    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: DockerOptions) -> ChainState:
         """Build what is not built, start the chain's containers and wait until every one is
         healthy; replaces a running deployment of the chain."""
         return push_sequence(chain.name, _DockerLaunch(self, chain, source_file, options), lenient_stop=True)
@@ -118,7 +119,7 @@ class DockerTarget:
         engine: Engine,
         plan: _Plan,
         result: GeneratedChain,
-        options: PushOptions,
+        options: DockerOptions,
         previous: ChainState | None,
         source_file: Path,
         token: str,
@@ -203,7 +204,7 @@ class DockerTarget:
         replica: _Replica,
         token: str,
         urls: Mapping[str, list[str]],
-        options: PushOptions,
+        options: DockerOptions,
         entry_port: int | None,
         cpus: int,
     ) -> Container:
@@ -485,7 +486,7 @@ class _DockerLaunch:
     """One push of the docker target: what it built and started, so that a failure removes
     exactly that."""
 
-    def __init__(self, target: DockerTarget, chain: Chain, source_file: Path, options: PushOptions) -> None:
+    def __init__(self, target: DockerTarget, chain: Chain, source_file: Path, options: DockerOptions) -> None:
         self.target = target
         self.chain = chain
         self.source_file = source_file

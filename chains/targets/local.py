@@ -22,8 +22,8 @@ from chains.checks import Chain
 from chains.errors import ChainsRuntimeError
 from chains.progress import Board, Stage
 from chains.source_map import condense, drop_cancellations, find_cause, to_user_files
-from chains.targets import PushOptions
 from chains.targets.environment import chainlet_environment
+from chains.targets.options import LocalOptions
 from chains.targets.ports import check_port_free, port_free, port_of
 from chains.targets.push_sequence import push_sequence
 from chains.targets.state import (
@@ -59,7 +59,7 @@ class LocalTarget:
     def __init__(self, python: str | None = None) -> None:
         self.python = python or sys.executable
 
-    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: LocalOptions) -> ChainState:
         """Start ``chain`` and wait until every chainlet is ready; replaces a running one.
 
         The new deployment becomes current only once it is ready, then the previous one
@@ -117,7 +117,7 @@ class LocalTarget:
 class _LocalLaunch:
     """One push of the local target: the deployment's supervisor, started and awaited."""
 
-    def __init__(self, target: LocalTarget, chain: Chain, source_file: Path, options: PushOptions) -> None:
+    def __init__(self, target: LocalTarget, chain: Chain, source_file: Path, options: LocalOptions) -> None:
         self.target = target
         self.chain = chain
         self.source_file = source_file

@@ -39,8 +39,9 @@ from chains import progress
 from chains.checks import Chain, ChainletSpec
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.progress import Board, Stage
-from chains.targets import PushOptions, running_target
+from chains.targets import running_target
 from chains.targets.environment import chainlet_environment
+from chains.targets.options import RayOptions
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -217,7 +218,7 @@ def _grace(spec: ChainletSpec) -> float:
 
 
 def _environment(
-    chain: Chain, spec: ChainletSpec, token: str, proxy_url: str, options: PushOptions
+    chain: Chain, spec: ChainletSpec, token: str, proxy_url: str, options: RayOptions
 ) -> dict[str, str]:
     env = chainlet_environment(chain, spec, token, options, "ray")
     env["CHAINS_GRACE_SEC"] = f"{_grace(spec):g}"
@@ -290,13 +291,8 @@ def _dashboard_url(context: Any) -> str:
 class RayTarget:
     """Deploys a chain to a Ray cluster as Serve applications, one per chainlet."""
 
-    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: RayOptions) -> ChainState:
         """Deploy every chainlet and wait until Serve runs all their replicas."""
-        if options.entry_port is not None:
-            raise ChainsUsageError(
-                "--port does not apply to the ray target: Serve's proxy serves the entrypoint, "
-                "at <proxy>/<chain>/<entrypoint>"
-            )
         ray, serve = _ray()
         from ray.serve.api import RunTarget
 

@@ -41,7 +41,7 @@ from chains import progress
 from chains.checks import Chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.progress import Board, Stage
-from chains.targets import PushOptions, running_target
+from chains.targets import running_target
 from chains.targets.compose import (
     DEFAULT_ENTRY_PORT,
     project_name,
@@ -51,6 +51,7 @@ from chains.targets.compose import (
 from chains.targets.docker import merge_followed
 from chains.targets.docker_engine import LABEL, Engine, connect, engine_time
 from chains.targets.image_builds import build_images
+from chains.targets.options import SwarmOptions
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -120,7 +121,7 @@ class SwarmTarget:
 
     # -- push ------------------------------------------------------------------------------------
 
-    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: SwarmOptions) -> ChainState:
         from codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
 
         engine = connect()
@@ -239,7 +240,7 @@ class SwarmTarget:
         engine: Engine,
         stack: _Stack,
         wiring: ChainWiring,
-        options: PushOptions,
+        options: SwarmOptions,
         deploy_id: str,
         created: list[str],
     ) -> dict[str, str]:
@@ -299,7 +300,7 @@ class SwarmTarget:
             )
         return names
 
-    def _entry_port(self, options: PushOptions, previous: ChainState | None) -> int:
+    def _entry_port(self, options: SwarmOptions, previous: ChainState | None) -> int:
         if options.entry_port is not None:
             return options.entry_port
         if previous is not None and previous.target == "swarm":

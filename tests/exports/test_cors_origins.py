@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from chains.loader import load_chain
-from chains.targets import PushOptions, export_target
+from chains.targets import PushOptions, export_target, options_for
 from chains.targets.environment import chainlet_environment
 from tests.helpers import write_chain
 
@@ -42,7 +42,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _export(target: str, source: Path, workdir: Path) -> Path:
-    options = PushOptions(out_dir=Path("out"), cors_origins=("http://127.0.0.1:8080",))
+    options = options_for(target, out_dir=Path("out"), cors_origins=("http://127.0.0.1:8080",))
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.chdir(workdir):
         export_target(target).export(load_chain(source), source, options)
