@@ -649,7 +649,7 @@ def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
 
 def _stopped_logs(name: str, chainlet: str | None, lines: int) -> None:
     """The logs a stopped chain left behind, said to be a stopped chain's."""
-    from chains.targets.local import follow_files
+    from chains.targets.logs import follow_files
     from chains.targets.state import chain_dir, iter_logs
 
     paths = _guarded(lambda: list(iter_logs(name)))

@@ -24,9 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +41,7 @@ from chains.targets import running_target
 from chains.targets.docker_engine import LABEL, Engine, connect, describe_state, started_at
 from chains.targets.environment import chainlet_environment
 from chains.targets.image_builds import build_images, prune_images
+from chains.targets.logs import merge_followed
 from chains.targets.options import DockerOptions
 from chains.targets.ports import check_port_free, free_port, port_of
 from chains.targets.push_sequence import push_sequence
@@ -519,32 +518,6 @@ class _DockerLaunch:
         if self.target._take_final_names(self.engine, self.plan, state):
             write_private(self.deploy_dir / "state.json", state.model_dump_json(indent=2))
         prune_images(self.engine, self.chain.name, self.plan.images)
-
-
-def merge_followed(streams: list[tuple[str, Iterator[str]]]) -> Iterator[str]:
-    """The lines of several followed log streams as they come, each prefixed with its label.
-
-    Each stream is read in a thread of its own, since a followed log blocks until its next line.
-    """
-    lines_queue: queue.Queue[str] = queue.Queue(maxsize=10_000)
-    done = threading.Event()
-
-    def pump(label: str, stream: Iterator[str]) -> None:
-        with contextlib.suppress(Exception):
-            for line in stream:
-                if done.is_set():
-                    return
-                lines_queue.put(f"{label} | {line}")
-
-    threads = [threading.Thread(target=pump, args=item, daemon=True) for item in streams]
-    for thread in threads:
-        thread.start()
-    try:
-        while any(t.is_alive() for t in threads) or not lines_queue.empty():
-            with contextlib.suppress(queue.Empty):
-                yield lines_queue.get(timeout=0.2)
-    finally:
-        done.set()
 
 
 def _fast_healthcheck(engine: Engine, image: str) -> dict[str, Any] | None:

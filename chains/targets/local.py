@@ -23,6 +23,7 @@ from chains.errors import ChainsRuntimeError
 from chains.progress import Board, Stage
 from chains.source_map import condense, drop_cancellations, find_cause, to_user_files
 from chains.targets.environment import chainlet_environment
+from chains.targets.logs import follow_files
 from chains.targets.options import LocalOptions
 from chains.targets.ports import check_port_free, port_free, port_of
 from chains.targets.push_sequence import push_sequence
@@ -42,7 +43,7 @@ from chains.targets.wiring import drain_grace
 from chains.tracing import STORE_ENV
 from chains.tracing.store import store_path
 
-__all__ = ["LocalTarget", "control", "follow_files", "running_deployments"]
+__all__ = ["LocalTarget", "control", "running_deployments"]
 
 _LOG_TAIL_LINES = 30
 # A chainlet drains for its CHAINS_GRACE_SEC; the supervisor gives it this much more to exit
@@ -443,30 +444,6 @@ def _signal(pid: int, identity: str | None, sig: signal.Signals) -> bool:
     finally:
         if pidfd >= 0:
             os.close(pidfd)
-
-
-def follow_files(paths: list[Path], lines: int, follow: bool) -> Iterator[str]:
-    """The last ``lines`` of each file, prefixed with its name when there are several; with
-    ``follow``, then every line appended to them, until the caller stops iterating."""
-    handles = []
-    try:
-        for path in paths:
-            handle = open(path, errors="replace")  # noqa: SIM115 - kept open while following
-            handles.append((path, handle))
-            for line in handle.read().splitlines()[-lines:]:
-                yield f"{path.stem} | {line}" if len(paths) > 1 else line
-        while follow:
-            quiet = True
-            for path, handle in handles:
-                for line in iter(handle.readline, ""):
-                    quiet = False
-                    text = line.rstrip("\n")
-                    yield f"{path.stem} | {text}" if len(paths) > 1 else text
-            if quiet:
-                time.sleep(0.2)
-    finally:
-        for _, handle in handles:
-            handle.close()
 
 
 def control(deploy_dir: Path, command: Mapping[str, object], timeout: float = 120.0) -> dict[str, object]:

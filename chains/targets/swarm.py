@@ -48,9 +48,9 @@ from chains.targets.compose import (
     swarm_document,
     swarm_secret_variables,
 )
-from chains.targets.docker import merge_followed
 from chains.targets.docker_engine import LABEL, Engine, connect, engine_time
 from chains.targets.image_builds import build_images
+from chains.targets.logs import merge_followed
 from chains.targets.options import SwarmOptions
 from chains.targets.state import (
     ChainletProcess,
