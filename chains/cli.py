@@ -316,7 +316,7 @@ def push(
     from chains.deploy import collect_secrets, push_chain
     from chains.origins import check_origin
     from chains.target_support import ignored_settings
-    from chains.targets import PushOptions, export_target, kind_of
+    from chains.targets import PushOptions, export_target, kind_of, options_for
     from chains.targets.state import chain_dir
 
     chain = _guarded(lambda: load_chain(file, entrypoint, name))
@@ -330,22 +330,30 @@ def push(
         _fail("error: --address names a Ray cluster: it is for --target ray")
     if model_urls and target != "truss":
         _fail("error: --model-url is for the truss target: other targets wire the chainlets' URLs themselves")
-    options = PushOptions(
-        secrets=secrets,
-        entry_port=port,
-        timeout=timeout,
-        base_image=base_image,
-        registry=registry,
-        out_dir=Path(out_dir) if out_dir else None,
-        apply=apply,
-        api_key=api_key,
-        model_urls=model_urls,
-        address=address,
-        cors_origins=_guarded(lambda: tuple(check_origin(origin) for origin in cors_origins)),
-    )
+
+    # Built where used: a dry run of a running target takes none (--port on ray included).
+    def make_options() -> PushOptions:
+        return _guarded(
+            lambda: options_for(
+                target,
+                secrets=secrets,
+                entry_port=port,
+                timeout=timeout,
+                base_image=base_image,
+                registry=registry,
+                out_dir=Path(out_dir) if out_dir else None,
+                apply=apply,
+                api_key=api_key,
+                model_urls=model_urls,
+                address=address,
+                cors_origins=_guarded(lambda: tuple(check_origin(origin) for origin in cors_origins)),
+            )
+        )
+
     if kind == "export":
         if not (dry_run or apply) or out_dir is None:
             _fail(f"error: target {target!r} writes files for another system: add --dry-run --out DIR")
+        options = make_options()
         written = _guarded(lambda: export_target(target).export(chain, Path(file), options))
         if as_json:
             click.echo(json.dumps({"name": chain.name, "target": target, "files": [str(p) for p in written]}))
@@ -364,6 +372,7 @@ def push(
             click.echo(f"dry run: generated chain {chain.name!r} into {out} (nothing started)")
         return
     previous = _running_state(chain.name)
+    options = make_options()
     handle = _guarded(lambda: push_chain(chain, Path(file), target, options))
     replaced = _replacement(previous, handle.state) if previous is not None else None
     if as_json:
@@ -640,7 +649,7 @@ def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
 
 def _stopped_logs(name: str, chainlet: str | None, lines: int) -> None:
     """The logs a stopped chain left behind, said to be a stopped chain's."""
-    from chains.targets.local import follow_files
+    from chains.targets.logs import follow_files
     from chains.targets.state import chain_dir, iter_logs
 
     paths = _guarded(lambda: list(iter_logs(name)))

@@ -22,7 +22,7 @@ from chains.loader import load_chain
 from chains.origins import check_origin
 from chains.server.settings import check_api_key
 from chains.stubs import StubBase, StubOptions
-from chains.targets import PushOptions, running_target
+from chains.targets import PushOptions, for_target, options_for, running_target
 from chains.targets.state import STOP_MARGIN_SEC, ChainState, chain_dir, chain_lock, forget, read_state
 
 if TYPE_CHECKING:
@@ -196,8 +196,14 @@ class ChainHandle:
 def push_chain(
     chain: Chain, source_file: Path, target: str = "local", options: PushOptions | None = None
 ) -> ChainHandle:
-    """Start an already loaded and checked chain on a running ``target``."""
-    options = options or PushOptions()
+    """Start an already loaded and checked chain on a running ``target``.
+
+    ``options`` are the target's own type (``LocalOptions``, ``DockerOptions``, ...; see
+    ``chains.targets.options``), or the :class:`PushOptions` every target takes::
+
+        push_chain(chain, source, "docker", DockerOptions(entry_port=8000, timeout=120))
+    """
+    options = for_target(target, options or PushOptions())
     if options.api_key:
         check_api_key(options.api_key)
     runner = running_target(target)
@@ -370,7 +376,8 @@ def push(
             )
         source = Path(file)
         chain = load_chain(source, entrypoint.__name__, name)
-    options = PushOptions(
+    options = options_for(
+        target,
         secrets=dict(secrets or {}),
         entry_port=port,
         timeout=timeout,

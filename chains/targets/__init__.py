@@ -10,56 +10,57 @@ then work the same on every running target. An *export* target (``kubernetes``,
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from chains.checks import Chain
 from chains.errors import ChainsUsageError
-from chains.origins import check_origin
+from chains.targets.environment import cors_env
+from chains.targets.options import (
+    ComposeOptions,
+    DockerOptions,
+    ExportOptions,
+    KubernetesOptions,
+    LocalOptions,
+    PushOptions,
+    RayOptions,
+    SwarmOptions,
+    TrussOptions,
+    for_target,
+    options_for,
+)
 from chains.targets.state import ChainState
 
 __all__ = [
     "TARGETS",
+    "ComposeOptions",
+    "DockerOptions",
+    "ExportOptions",
     "ExportTarget",
+    "KubernetesOptions",
+    "LocalOptions",
     "PushOptions",
+    "RayOptions",
     "RunningTarget",
+    "SwarmOptions",
+    "TrussOptions",
     "cors_env",
     "export_target",
+    "for_target",
+    "options_for",
     "running_target",
 ]
 
 
-@dataclass(frozen=True)
-class PushOptions:
-    """What ``chains push`` was asked for, beyond the chain itself."""
-
-    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
-    entry_port: int | None = None
-    timeout: float = 60.0
-    api_key: str | None = field(default=None, repr=False)  # required by the entrypoint when set
-    base_image: str | None = None  # docker: the image each chainlet's image builds on
-    registry: str | None = None  # kubernetes: where images are pushed, e.g. "registry.example/team"
-    out_dir: Path | None = None  # export targets: where to write
-    apply: bool = False  # kubernetes: run `kubectl apply -k` on the result
-    model_urls: Mapping[str, str] = field(default_factory=dict)  # truss: chainlet -> its model's predict URL
-    address: str | None = None  # ray: the cluster (ray://HEAD:10001, HEAD:PORT or auto)
-    cors_origins: tuple[str, ...] = ()  # more origins whose pages may call the entrypoint
+# A target's own options type (chains.targets.options), which its push or export takes.
+O_contra = TypeVar("O_contra", bound=PushOptions, contravariant=True)
 
 
-def cors_env(chain: Chain, more: Iterable[str] = ()) -> dict[str, str]:
-    """``CHAINS_CORS_ORIGINS`` for the entrypoint: its RemoteConfig's origins and ``more``
-    (``chains push --cors-origin``); empty when there are none."""
-    given = [*chain.entrypoint.remote_config.cors_origins, *(check_origin(origin) for origin in more)]
-    origins = dict.fromkeys(given)
-    return {"CHAINS_CORS_ORIGINS": ",".join(origins)} if origins else {}
-
-
-class RunningTarget(Protocol):
+class RunningTarget(Protocol[O_contra]):
     """A target that runs the chain and can report on, show logs of, and stop it."""
 
-    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState: ...
+    def push(self, chain: Chain, source_file: Path, options: O_contra) -> ChainState: ...
 
     def alive(self, state: ChainState) -> bool: ...
 
@@ -68,10 +69,10 @@ class RunningTarget(Protocol):
     def stop(self, state: ChainState, grace: float) -> None: ...
 
 
-class ExportTarget(Protocol):
+class ExportTarget(Protocol[O_contra]):
     """A target that writes files for another system to run the chain."""
 
-    def export(self, chain: Chain, source_file: Path, options: PushOptions) -> list[Path]: ...
+    def export(self, chain: Chain, source_file: Path, options: O_contra) -> list[Path]: ...
 
 
 # name -> (module, class, kind). Imported on use: a target's dependencies (the docker SDK,
@@ -102,13 +103,13 @@ def _load(name: str, kind: str) -> object:
     return getattr(importlib.import_module(module), cls)()
 
 
-def running_target(name: str) -> RunningTarget:
-    target: RunningTarget = _load(name, "running")  # type: ignore[assignment]
+def running_target(name: str) -> RunningTarget[Any]:
+    target: RunningTarget[Any] = _load(name, "running")  # type: ignore[assignment]
     return target
 
 
-def export_target(name: str) -> ExportTarget:
-    target: ExportTarget = _load(name, "export")  # type: ignore[assignment]
+def export_target(name: str) -> ExportTarget[Any]:
+    target: ExportTarget[Any] = _load(name, "export")  # type: ignore[assignment]
     return target
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from chains.checks import Chain
-from chains.targets import PushOptions
 from chains.targets.files import export_code, header, regenerate_command, write_export
 from chains.targets.k8s_manifests import cpu_quantity
+from chains.targets.options import ComposeOptions
 from chains.targets.wiring import LABEL_NAME, LABEL_PART_OF, PORT, ChainletWiring, ChainWiring, wire
 from chains.targets.yamltext import dump
 
@@ -201,7 +201,7 @@ def write_compose(
 class ComposeTarget:
     """Writes ``compose.yaml``, ``.env.example`` and the generated code each image is built from."""
 
-    def export(self, chain: Chain, source_file: Path, options: PushOptions) -> list[Path]:
+    def export(self, chain: Chain, source_file: Path, options: ComposeOptions) -> list[Path]:
         out_dir, generated = export_code(
             chain,
             source_file,

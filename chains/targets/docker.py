@@ -22,21 +22,13 @@ again.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import queue
-import secrets
-import shutil
-import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import closing
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,21 +37,19 @@ from chains.checks import Chain, ChainletSpec
 from chains.config import Compute
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.progress import Board, Stage
-from chains.targets import PushOptions, running_target
-from chains.targets.docker_engine import Build, Engine, connect, describe_state
-from chains.targets.images import image_name
-from chains.targets.local import _environment
+from chains.targets import running_target
+from chains.targets.docker_engine import LABEL, Engine, connect, describe_state, started_at
+from chains.targets.environment import chainlet_environment
+from chains.targets.image_builds import build_images, prune_images
+from chains.targets.logs import merge_followed
+from chains.targets.options import DockerOptions
+from chains.targets.ports import check_port_free, free_port, port_of
+from chains.targets.push_sequence import push_sequence
 from chains.targets.state import (
-    STOP_MARGIN_SEC,
     ChainletProcess,
     ChainState,
-    current_state,
-    forget,
-    make_current,
-    new_deployment_dir,
     write_private,
 )
-from chains.targets.wheelhouse import dependency_wheels, sdk_requirements, sdk_wheel, wheelhouse_key
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
@@ -69,13 +59,9 @@ if TYPE_CHECKING:
 __all__ = ["CONTAINER_PORT", "DockerTarget"]
 
 CONTAINER_PORT = 8000  # what every chainlet listens on inside its container
-BUILD_TIMEOUT_SEC = 1800.0  # all builds of one push: bounded, but far beyond any sane build
-KEEP_OLD_IMAGES = 2  # per chainlet, besides the one in use
 HANDOFF_GRACE_SEC = 10.0  # how long the old entrypoint may drain before the new one takes its port
 _LOG_TAIL_LINES = 30
 _POLL_SEC = 0.1
-_BUILD_WORKERS = 4
-LABEL = "chains.chain"
 
 
 def _stderr(line: str) -> None:
@@ -85,18 +71,6 @@ def _stderr(line: str) -> None:
 # A container's health as a board shows it.
 _STAGES = {"ready": Stage.DONE, "failed": Stage.FAILED, "gone": Stage.FAILED}
 _SHOWN = {"ready": "healthy"}
-
-
-def _steps(board: Board, chainlet: str) -> Callable[[str], None]:
-    return lambda line: board.step(chainlet, line)
-
-
-def _built(board: Board, chainlet: str) -> Callable[[Future[str]], None]:
-    def done(future: Future[str]) -> None:
-        failed = future.cancelled() or future.exception() is not None
-        board.update(chainlet, Stage.FAILED if failed else Stage.DONE, "failed" if failed else "built")
-
-    return done
 
 
 @dataclass
@@ -132,130 +106,31 @@ class DockerTarget:
     def __init__(self, log: Callable[[str], None] | None = None) -> None:
         self.log = log or _stderr
 
-    def _prefixed(self, chainlet: str) -> Callable[[str], None]:
-        return lambda line: self.log(f"[{chainlet}] {line}")
-
     # -- push ------------------------------------------------------------------------------------
 
-    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
-        from codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
-
-        engine = connect()
-        previous = current_state(chain.name)
-        deploy_dir = new_deployment_dir(chain.name)
-        plan = _Plan(chain, deploy_dir.name, f"chains-{chain.name}-{deploy_dir.name}")
-        # As on the command line: CHAINS_BASE_IMAGE also serves chains.push() from Python.
-        base_image = options.base_image or os.environ.get("CHAINS_BASE_IMAGE") or DEFAULT_BASE_IMAGE
-        try:
-            result = generate(chain, source_file, deploy_dir / "generated", base_image=base_image)
-            plan.images = self._images(engine, chain, result, base_image)
-            state = self._start(engine, plan, result, options, previous, source_file)
-            state.base_image = base_image  # what --watch generates and pushes with
-            write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
-        except BaseException:
-            self._discard(engine, plan)
-            shutil.rmtree(deploy_dir, ignore_errors=True)
-            raise
-        make_current(chain.name, deploy_dir)
-        if previous is not None:
-            with contextlib.suppress(ChainsRuntimeError):
-                running_target(previous.target).stop(previous, grace=previous.grace_sec + STOP_MARGIN_SEC)
-            forget(chain.name, keep=deploy_dir.name)
-        if self._take_final_names(engine, plan, state):
-            write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
-        self._prune_images(engine, plan)
-        return state
-
-    def _images(
-        self, engine: Engine, chain: Chain, result: GeneratedChain, base_image: str
-    ) -> dict[str, str]:
-        """Every chainlet's image tag, building the images the engine does not have yet."""
-        sdk = sdk_wheel()
-        sdk_reqs = sdk_requirements()
-        base_ids: dict[str, str] = {}
-        tags: dict[str, str] = {}
-        builds: list[tuple[tuple[str, ...], Build]] = []
-        for spec in chain.chainlets:
-            generated = result.chainlets[spec.name]
-            image = spec.remote_config.docker_image
-            base = image.base_image_reference or base_image
-            if base not in base_ids:
-                base_ids[base] = engine.base_image(base, self.log)
-            target = engine.python_of(base_ids[base])
-            requirements = [*sdk_reqs, *_requirement_lines(generated.directory / "requirements.txt")]
-            wheels_key = wheelhouse_key(requirements, target)
-            # The code version covers the generated files (Dockerfile included); what the image
-            # installs from outside them is the SDK, the wheels and the base image's content.
-            installs = hashlib.sha256(f"{sdk.digest} {wheels_key} {base_ids[base]}".encode()).hexdigest()
-            tag = image_name(chain.name, spec.name, f"{generated.code_version[:24]}-{installs[:12]}")
-            tags[spec.name] = tag
-            if engine.image_id(tag):
-                self.log(f"[{spec.name}] image {tag} is up to date")
-                continue
-            wheels = dependency_wheels(requirements, target, self._prefixed(spec.name))
-            labels = {
-                LABEL: chain.name,
-                "chains.chainlet": spec.name,
-                "chains.code_version": generated.code_version,
-            }
-            build = Build(
-                spec.name, tag, generated.directory, wheels, sdk.path, labels, bool(image.apt_requirements)
-            )
-            # Chainlets whose images share every step up to their own code share those layers.
-            shared = (base_ids[base], wheels_key, *image.apt_requirements)
-            builds.append((shared, build))
-        if builds:
-            self._build_all(engine, builds)
-        for spec in chain.chainlets:
-            # Also tagged with the bare code version: the name the compose and kubernetes
-            # exports refer to, so their files run the images this push built.
-            repository, _, _ = image_name(chain.name, spec.name, "x").rpartition(":")
-            with contextlib.suppress(engine.errors.DockerException):
-                engine.client.api.tag(tags[spec.name], repository, result.chainlets[spec.name].code_version)
-        return tags
-
-    def _build_all(self, engine: Engine, builds: list[tuple[tuple[str, ...], Build]]) -> None:
-        """Build in parallel: first one image per distinct set of shared steps, then the rest,
-        which then find those steps in the engine's cache instead of running them again."""
-        deadline = time.monotonic() + BUILD_TIMEOUT_SEC
-        leaders: dict[tuple[str, ...], Build] = {}
-        for shared, build in builds:
-            leaders.setdefault(shared, build)
-        rest = [b for _, b in builds if b not in leaders.values()]
-        started = time.monotonic()
-        names = ", ".join(b.chainlet for _, b in builds)
-        self.log(f"building {len(builds)} image(s): {names}")
-        board = progress.board(title="building the images", log=self.log)
-        pool = ThreadPoolExecutor(max_workers=_BUILD_WORKERS, thread_name_prefix="chains-build")
-        with board, pool:
-            for wave in (list(leaders.values()), rest):
-                futures = [pool.submit(engine.build, b, _steps(board, b.chainlet), deadline) for b in wave]
-                for build, future in zip(wave, futures, strict=True):
-                    future.add_done_callback(_built(board, build.chainlet))
-                errors = [f.exception() for f in futures]  # waits for every build of the wave
-                failed = [e for e in errors if e is not None]
-                if failed:
-                    raise failed[0]
-        self.log(f"built {len(builds)} image(s) in {time.monotonic() - started:.1f}s")
+    def push(self, chain: Chain, source_file: Path, options: DockerOptions) -> ChainState:
+        """Build what is not built, start the chain's containers and wait until every one is
+        healthy; replaces a running deployment of the chain."""
+        return push_sequence(chain.name, _DockerLaunch(self, chain, source_file, options), lenient_stop=True)
 
     def _start(
         self,
         engine: Engine,
         plan: _Plan,
         result: GeneratedChain,
-        options: PushOptions,
+        options: DockerOptions,
         previous: ChainState | None,
         source_file: Path,
+        token: str,
     ) -> ChainState:
         chain = plan.chain
-        token = secrets.token_urlsafe(32)
         previous_live = previous is not None and previous.alive
         entry_port = options.entry_port
         if entry_port is None and previous is not None and previous.target == "docker" and previous_live:
-            entry_port = _port_of(previous.entrypoint_url)  # keep the entrypoint's URL across pushes
-        handoff = previous is not None and previous_live and entry_port == _port_of(previous.entrypoint_url)
+            entry_port = port_of(previous.entrypoint_url)  # keep the entrypoint's URL across pushes
+        handoff = previous is not None and previous_live and entry_port == port_of(previous.entrypoint_url)
         if entry_port is not None and not handoff:
-            _check_port_free(entry_port)
+            check_port_free(entry_port)
         engine.client.networks.create(plan.network, driver="bridge", labels=plan.labels, check_duplicate=True)
         for spec in chain.chainlets:
             count = spec.remote_config.compute.replicas
@@ -275,7 +150,7 @@ class DockerTarget:
                 # Always an explicit host port: a stopped container started again (the old
                 # entrypoint after a failed handoff, every container after an engine restart)
                 # gets a new random port otherwise, and the chain's URL would change.
-                port = entry_port if replica.index == 0 and entry_port is not None else _free_port()
+                port = entry_port if replica.index == 0 and entry_port is not None else free_port()
             replica.container = self._create(engine, plan, replica, token, urls, options, port, cpus)
         entry = [r for r in plan.replicas if r.is_entrypoint]
         inner = [r for r in plan.replicas if not r.is_entrypoint]
@@ -328,14 +203,13 @@ class DockerTarget:
         replica: _Replica,
         token: str,
         urls: Mapping[str, list[str]],
-        options: PushOptions,
+        options: DockerOptions,
         entry_port: int | None,
         cpus: int,
     ) -> Container:
         chain, spec = plan.chain, replica.spec
         # The same variables as a local process gets (secrets, API key, options), from the same sources.
-        env = _environment(chain, spec.name, token, options)
-        env["CHAINS_ENVIRONMENT"] = "docker"
+        env = chainlet_environment(chain, spec, token, options, "docker")
         env["CHAINS_DEPENDENCY_URLS"] = json.dumps({d.name: urls[d.name] for d in spec.dependencies})
         compute = spec.remote_config.compute
         if compute.cpu_count > cpus:
@@ -460,7 +334,7 @@ class DockerTarget:
             port=host_port or CONTAINER_PORT,
             url=url,
             state="ready",
-            started_at=_started_at(replica.container.attrs) or time.time(),
+            started_at=started_at(replica.container.attrs) or time.time(),
             directory=str(generated.directory),
             code_version=generated.code_version,
             container=replica.name,
@@ -481,19 +355,6 @@ class DockerTarget:
             replica.name = record.container = replica.alias
             renamed = True
         return renamed
-
-    def _prune_images(self, engine: Engine, plan: _Plan) -> None:
-        """Keep the images in use and the newest few before them per chainlet (so that going
-        back to recent code needs no build), and remove older ones."""
-        for name, current in plan.images.items():
-            filters: dict[str, Any] = {"label": [f"{LABEL}={plan.chain.name}", f"chains.chainlet={name}"]}
-            with contextlib.suppress(engine.errors.DockerException):
-                images = engine.client.images.list(filters=filters)
-                others = [i for i in images if current not in i.tags]
-                others.sort(key=lambda i: str(i.attrs.get("Created", "")), reverse=True)
-                for image in others[KEEP_OLD_IMAGES:]:
-                    with contextlib.suppress(engine.errors.DockerException):
-                        engine.client.images.remove(str(image.id))  # refused while a container uses it
 
     def _discard(self, engine: Engine, plan: _Plan) -> None:
         """Remove whatever this push created; start again the old entrypoints it stopped."""
@@ -546,7 +407,7 @@ class DockerTarget:
                 process.state = "failed"
             else:
                 process.state = "starting" if health == "starting" else "ready"
-                process.started_at = _started_at(attrs) or process.started_at
+                process.started_at = started_at(attrs) or process.started_at
             running = running and status.get("Status") == "running"
         return running
 
@@ -620,30 +481,43 @@ class DockerTarget:
             )
 
 
-def merge_followed(streams: list[tuple[str, Iterator[str]]]) -> Iterator[str]:
-    """The lines of several followed log streams as they come, each prefixed with its label.
+class _DockerLaunch:
+    """One push of the docker target: what it built and started, so that a failure removes
+    exactly that."""
 
-    Each stream is read in a thread of its own, since a followed log blocks until its next line.
-    """
-    lines_queue: queue.Queue[str] = queue.Queue(maxsize=10_000)
-    done = threading.Event()
+    def __init__(self, target: DockerTarget, chain: Chain, source_file: Path, options: DockerOptions) -> None:
+        self.target = target
+        self.chain = chain
+        self.source_file = source_file
+        self.options = options
+        self.engine = connect()
+        self.plan: _Plan | None = None
+        self.deploy_dir: Path | None = None
 
-    def pump(label: str, stream: Iterator[str]) -> None:
-        with contextlib.suppress(Exception):
-            for line in stream:
-                if done.is_set():
-                    return
-                lines_queue.put(f"{label} | {line}")
+    def start(self, deploy_dir: Path, previous: ChainState | None, token: str) -> ChainState:
+        from codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
 
-    threads = [threading.Thread(target=pump, args=item, daemon=True) for item in streams]
-    for thread in threads:
-        thread.start()
-    try:
-        while any(t.is_alive() for t in threads) or not lines_queue.empty():
-            with contextlib.suppress(queue.Empty):
-                yield lines_queue.get(timeout=0.2)
-    finally:
-        done.set()
+        chain, options = self.chain, self.options
+        self.deploy_dir = deploy_dir
+        plan = self.plan = _Plan(chain, deploy_dir.name, f"chains-{chain.name}-{deploy_dir.name}")
+        # As on the command line: CHAINS_BASE_IMAGE also serves chains.push() from Python.
+        base_image = options.base_image or os.environ.get("CHAINS_BASE_IMAGE") or DEFAULT_BASE_IMAGE
+        result = generate(chain, self.source_file, deploy_dir / "generated", base_image=base_image)
+        plan.images = build_images(self.engine, chain, result, base_image, self.target.log)
+        state = self.target._start(self.engine, plan, result, options, previous, self.source_file, token)
+        state.base_image = base_image  # what --watch generates and pushes with
+        write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
+        return state
+
+    def discard(self) -> None:
+        if self.plan is not None:
+            self.target._discard(self.engine, self.plan)
+
+    def settle(self, state: ChainState) -> None:
+        assert self.plan is not None and self.deploy_dir is not None
+        if self.target._take_final_names(self.engine, self.plan, state):
+            write_private(self.deploy_dir / "state.json", state.model_dump_json(indent=2))
+        prune_images(self.engine, self.chain.name, self.plan.images)
 
 
 def _fast_healthcheck(engine: Engine, image: str) -> dict[str, Any] | None:
@@ -682,11 +556,6 @@ def _by_replica(containers: list[Container]) -> dict[tuple[str, int], Container]
     return found
 
 
-def _requirement_lines(path: Path) -> list[str]:
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
-
-
 def _gpus(engine: Engine, compute: Compute) -> list[Any]:
     """The device request of a chainlet that asks for GPUs: ``gpu_count`` of the host's, by its
     NVIDIA runtime (the type is the host's own)."""
@@ -702,34 +571,3 @@ def _published_port(container: Container) -> int:
         if binding.get("HostIp") in ("127.0.0.1", "") and binding.get("HostPort"):
             return int(binding["HostPort"])
     raise ChainsRuntimeError(f"the engine did not publish {container.name}'s port on 127.0.0.1")
-
-
-def _started_at(attrs: Mapping[str, Any]) -> float | None:
-    text = str(attrs.get("State", {}).get("StartedAt") or "")
-    if not text or text.startswith("0001-"):
-        return None
-    # The engine writes nanoseconds, which datetime does not parse: cut to microseconds.
-    head, _, rest = text.partition(".")
-    fraction = "".join(ch for ch in rest if ch.isdigit())[:6]
-    try:
-        return datetime.fromisoformat(f"{head}.{fraction or '0'}+00:00").timestamp()
-    except ValueError:
-        return None
-
-
-def _port_of(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].split("/")[0])
-
-
-def _free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _check_port_free(port: int) -> None:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            raise ChainsUsageError(f"port {port} on 127.0.0.1 is in use; pick another with --port") from None

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -27,7 +28,19 @@ if TYPE_CHECKING:
 
     import docker
 
-__all__ = ["Build", "BuildFailed", "Engine", "build_network", "connect", "engine_address"]
+__all__ = [
+    "LABEL",
+    "Build",
+    "BuildFailed",
+    "Engine",
+    "build_network",
+    "connect",
+    "engine_address",
+    "engine_time",
+    "started_at",
+]
+
+LABEL = "chains.chain"  # on every image, container, network and secret chains makes for a chain
 
 API_TIMEOUT_SEC = 120.0  # one request; builds and log streams read with no timeout of their own
 _BUILD_LOG_TAIL = 40
@@ -318,3 +331,23 @@ def describe_state(state: Mapping[str, Any]) -> str:
 
 def dumps(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def engine_time(text: object) -> float | None:
+    """A time as the engine writes it (RFC 3339, in nanoseconds) as a Unix timestamp; None
+    for none (the engine's zero time included)."""
+    text = str(text or "")
+    if not text or text.startswith("0001-"):
+        return None
+    # The engine writes nanoseconds, which datetime does not parse: cut to microseconds.
+    head, _, rest = text.partition(".")
+    fraction = "".join(ch for ch in rest if ch.isdigit())[:6]
+    try:
+        return datetime.fromisoformat(f"{head}.{fraction or '0'}+00:00").timestamp()
+    except ValueError:
+        return None
+
+
+def started_at(attrs: Mapping[str, Any]) -> float | None:
+    """When a container (its ``attrs`` as the engine describes it) last started."""
+    return engine_time(attrs.get("State", {}).get("StartedAt"))

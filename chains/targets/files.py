@@ -17,7 +17,7 @@ from chains.checks import Chain
 from chains.errors import ChainsUsageError
 
 if TYPE_CHECKING:
-    from chains.targets import PushOptions
+    from chains.targets.options import ExportOptions
     from codegen import GeneratedChain
 
 __all__ = ["MARK", "export_code", "header", "is_ours", "regenerate_command", "write_export"]
@@ -38,7 +38,7 @@ def header(source_file: Path, chain: str, command: str) -> str:
 def export_code(
     chain: Chain,
     source_file: Path,
-    options: PushOptions,
+    options: ExportOptions,
     *,
     target: str,
     code_dir: str,

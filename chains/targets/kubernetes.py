@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from chains.checks import Chain
 from chains.errors import ChainsRuntimeError
-from chains.targets import PushOptions
 from chains.targets.files import export_code, header, regenerate_command, write_export
 from chains.targets.k8s_manifests import (
     API_KEY_KEY,
@@ -32,6 +31,7 @@ from chains.targets.k8s_manifests import (
     secrets_secret_name,
     token_secret_name,
 )
+from chains.targets.options import KubernetesOptions
 from chains.targets.wiring import ChainWiring, wire
 from chains.targets.yamltext import dump, dump_all
 
@@ -166,7 +166,7 @@ def write_generated_manifests(
 class KubernetesTarget:
     """Writes the manifests (and the code each image is built from); ``--apply`` applies them."""
 
-    def export(self, chain: Chain, source_file: Path, options: PushOptions) -> list[Path]:
+    def export(self, chain: Chain, source_file: Path, options: KubernetesOptions) -> list[Path]:
         out_dir, generated = export_code(
             chain, source_file, options, target="kubernetes", code_dir=CHAINLETS_DIR, apply_hint=None
         )

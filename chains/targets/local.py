@@ -7,46 +7,43 @@ import errno
 import json
 import os
 import re
-import secrets
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import TypeVar
 
 from chains import progress
 from chains.checks import Chain
-from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.errors import ChainsRuntimeError
 from chains.progress import Board, Stage
 from chains.source_map import condense, drop_cancellations, find_cause, to_user_files
-from chains.targets import PushOptions, cors_env, running_target
+from chains.targets.environment import chainlet_environment
+from chains.targets.logs import follow_files
+from chains.targets.options import LocalOptions
+from chains.targets.ports import check_port_free, port_free, port_of
+from chains.targets.push_sequence import push_sequence
 from chains.targets.state import (
-    STOP_MARGIN_SEC,
     ChainState,
     Deployment,
     DeploymentChainlet,
     chain_dir,
-    current_state,
-    forget,
-    home_error,
     iter_logs,
-    make_current,
-    new_deployment_dir,
     process_identity,
     same_process,
     write_private,
+    writing,
 )
 from chains.targets.supervisor import PID_FILE, control_socket_path
 from chains.targets.wiring import drain_grace
 from chains.tracing import STORE_ENV
 from chains.tracing.store import store_path
 
-__all__ = ["LocalTarget", "control", "follow_files", "running_deployments"]
+__all__ = ["LocalTarget", "control", "running_deployments"]
 
 _LOG_TAIL_LINES = 30
 # A chainlet drains for its CHAINS_GRACE_SEC; the supervisor gives it this much more to exit
@@ -63,96 +60,16 @@ class LocalTarget:
     def __init__(self, python: str | None = None) -> None:
         self.python = python or sys.executable
 
-    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: LocalOptions) -> ChainState:
         """Start ``chain`` and wait until every chainlet is ready; replaces a running one.
 
         The new deployment becomes current only once it is ready, then the previous one
-        (if any) is stopped: callers of the entrypoint see no gap.
+        (if any) is stopped: callers of the entrypoint see no gap. Any other deployment of
+        the chain that still runs though the state file lost track of it (truncated or
+        deleted) is replaced as well.
         """
-        home = chain_dir(chain.name)
-        # What runs now: the current deployment, and any other that still runs though the
-        # state file lost track of it (truncated or deleted): all are replaced by this push.
-        previous = current_state(chain.name)
-        others = [
-            s
-            for s in running_deployments(chain.name)
-            if previous is None or s.deployment != previous.deployment
-        ]
-        if previous is None and others:
-            previous = others.pop()
-        deploy_dir = _writing(lambda: new_deployment_dir(chain.name), "create the deployment folder")
-        try:
-            state = self._start(chain, source_file, options, home, deploy_dir, previous)
-        except BaseException:
-            shutil.rmtree(deploy_dir, ignore_errors=True)
-            raise
-        for old in [*([previous] if previous is not None else []), *others]:
-            running_target(old.target).stop(old, grace=old.grace_sec + STOP_MARGIN_SEC)
-        forget(chain.name, keep=deploy_dir.name)
-        return state
-
-    def _start(
-        self,
-        chain: Chain,
-        source_file: Path,
-        options: PushOptions,
-        home: Path,
-        deploy_dir: Path,
-        previous: ChainState | None,
-    ) -> ChainState:
-        from codegen import generate  # the generator is only needed when pushing
-
-        generated_dir = deploy_dir / "generated"
-        result = _writing(lambda: generate(chain, source_file, generated_dir), "write the generated code")
-        versions = {name: c.code_version for name, c in result.chainlets.items()}
-        entry_port, entry_socket_from = _entry_port(chain.name, options.entry_port, previous)
-        token = secrets.token_urlsafe(32)
-        # The chain's recent traces, kept on this machine (CHAINS_TRACE_STORE=off in push's
-        # environment turns that off; OTEL_EXPORTER_OTLP_ENDPOINT adds a collector).
-        traces = {STORE_ENV: os.environ.get(STORE_ENV) or str(store_path(home))}
-        deployment = Deployment(
-            chain=chain.name,
-            id=deploy_dir.name,
-            source=str(source_file.absolute()),
-            entrypoint=chain.entrypoint.name,
-            entrypoint_kind=chain.entrypoint.endpoint.output_kind.name,
-            entry_port=entry_port,
-            entry_socket_from=entry_socket_from,
-            python=self.python,
-            grace_sec=max(drain_grace(spec) for spec in chain.chainlets) + _EXIT_MARGIN_SEC,
-            chainlets=[
-                DeploymentChainlet(
-                    name=spec.name,
-                    directory=str(generated_dir / spec.name),
-                    replicas=spec.remote_config.compute.replicas,
-                    is_entrypoint=spec is chain.entrypoint,
-                    code_version=versions.get(spec.name, ""),
-                    env={**_environment(chain, spec.name, token, options), **traces},
-                )
-                for spec in chain.chainlets
-            ],
-        )
-        logs = home / "logs"
-
-        def prepare() -> subprocess.Popen[bytes]:
-            write_private(deploy_dir / "deployment.json", deployment.model_dump_json(indent=2))
-            logs.mkdir(parents=True, exist_ok=True)
-            return self._start_supervisor(deploy_dir)
-
-        offsets = {p.name: p.stat().st_size for p in logs.glob("*.log")} if logs.is_dir() else {}
-        supervisor = _writing(prepare, "write the deployment")
-        try:
-            state = _wait_ready(deploy_dir, supervisor, options.timeout)
-            _writing(lambda: make_current(chain.name, deploy_dir), "record the chain's state")
-        except BaseException as exc:
-            _terminate(supervisor.pid, 5.0, process_identity(supervisor.pid))
-            supervisor.wait()
-            if isinstance(exc, _StartFailed):
-                source_dir = Path(deployment.source).parent
-                tails = _log_tails(logs, offsets, exc.chainlets, source_dir)
-                raise ChainsRuntimeError(f"{_headline(exc, tails)}{''.join(tails.values())}") from None
-            raise
-        return state
+        launch = _LocalLaunch(self, chain, source_file, options)
+        return push_sequence(chain.name, launch, find_running=running_deployments)
 
     def alive(self, state: ChainState) -> bool:
         if same_process(state.supervisor_pid, state.supervisor_identity):
@@ -198,15 +115,78 @@ class LocalTarget:
             log.close()
 
 
-def _writing(action: Callable[[], T], what: str) -> T:
-    """Run ``action``; a state folder that cannot be written becomes a clear error."""
-    try:
-        return action()
-    except OSError as exc:
-        error = home_error(exc, what)
-        if error is None:
+class _LocalLaunch:
+    """One push of the local target: the deployment's supervisor, started and awaited."""
+
+    def __init__(self, target: LocalTarget, chain: Chain, source_file: Path, options: LocalOptions) -> None:
+        self.target = target
+        self.chain = chain
+        self.source_file = source_file
+        self.options = options
+        self.supervisor: subprocess.Popen[bytes] | None = None
+
+    def start(self, deploy_dir: Path, previous: ChainState | None, token: str) -> ChainState:
+        from codegen import generate  # the generator is only needed when pushing
+
+        chain, source_file, options = self.chain, self.source_file, self.options
+        home = chain_dir(chain.name)
+
+        generated_dir = deploy_dir / "generated"
+        result = writing(lambda: generate(chain, source_file, generated_dir), "write the generated code")
+        versions = {name: c.code_version for name, c in result.chainlets.items()}
+        entry_port, entry_socket_from = _entry_port(chain.name, options.entry_port, previous)
+        # The chain's recent traces, kept on this machine (CHAINS_TRACE_STORE=off in push's
+        # environment turns that off; OTEL_EXPORTER_OTLP_ENDPOINT adds a collector).
+        traces = {STORE_ENV: os.environ.get(STORE_ENV) or str(store_path(home))}
+        deployment = Deployment(
+            chain=chain.name,
+            id=deploy_dir.name,
+            source=str(source_file.absolute()),
+            entrypoint=chain.entrypoint.name,
+            entrypoint_kind=chain.entrypoint.endpoint.output_kind.name,
+            entry_port=entry_port,
+            entry_socket_from=entry_socket_from,
+            python=self.target.python,
+            grace_sec=max(drain_grace(spec) for spec in chain.chainlets) + _EXIT_MARGIN_SEC,
+            chainlets=[
+                DeploymentChainlet(
+                    name=spec.name,
+                    directory=str(generated_dir / spec.name),
+                    replicas=spec.remote_config.compute.replicas,
+                    is_entrypoint=spec is chain.entrypoint,
+                    code_version=versions.get(spec.name, ""),
+                    env={**chainlet_environment(chain, spec, token, options, "local"), **traces},
+                )
+                for spec in chain.chainlets
+            ],
+        )
+        logs = home / "logs"
+
+        def prepare() -> subprocess.Popen[bytes]:
+            write_private(deploy_dir / "deployment.json", deployment.model_dump_json(indent=2))
+            logs.mkdir(parents=True, exist_ok=True)
+            return self.target._start_supervisor(deploy_dir)
+
+        offsets = {p.name: p.stat().st_size for p in logs.glob("*.log")} if logs.is_dir() else {}
+        supervisor = self.supervisor = writing(prepare, "write the deployment")
+        try:
+            return _wait_ready(deploy_dir, supervisor, options.timeout)
+        except BaseException as exc:
+            self.discard()
+            if isinstance(exc, _StartFailed):
+                source_dir = Path(deployment.source).parent
+                tails = _log_tails(logs, offsets, exc.chainlets, source_dir)
+                raise ChainsRuntimeError(f"{_headline(exc, tails)}{''.join(tails.values())}") from None
             raise
-        raise error from None
+
+    def discard(self) -> None:
+        supervisor, self.supervisor = self.supervisor, None
+        if supervisor is not None:
+            _terminate(supervisor.pid, 5.0, process_identity(supervisor.pid))
+            supervisor.wait()
+
+    def settle(self, state: ChainState) -> None:
+        pass
 
 
 def running_deployments(name: str) -> list[ChainState]:
@@ -291,33 +271,6 @@ def _remove_stale_socket(folder: Path) -> None:
             pass
 
 
-def _environment(chain: Chain, name: str, token: str, options: PushOptions) -> dict[str, str]:
-    spec = chain.get(name)
-    secrets_values = options.secrets
-    env = dict(spec.remote_config.options.env_variables)
-    env.update(
-        {
-            "CHAINS_CHAIN": chain.name,
-            "CHAINS_INTERNAL_TOKEN": token,
-            "CHAINS_IS_ENTRYPOINT": "1" if spec is chain.entrypoint else "0",
-            "CHAINS_ENVIRONMENT": "local",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    for key in spec.remote_config.assets.secret_keys:
-        if key in secrets_values:
-            env[f"CHAINS_SECRET_{key}"] = secrets_values[key]
-    if spec is chain.entrypoint and options.api_key:
-        env["CHAINS_API_KEY"] = options.api_key
-    if spec is chain.entrypoint:
-        env.update(cors_env(chain, options.cors_origins))
-    return env
-
-
-def _port_of(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].split("/")[0])
-
-
 def _entry_port(name: str, asked: int | None, previous: ChainState | None) -> tuple[int | None, str | None]:
     """The new deployment's entrypoint port, and the folder of the running deployment whose
     listening socket it takes over (None: it binds the port itself).
@@ -330,31 +283,19 @@ def _entry_port(name: str, asked: int | None, previous: ChainState | None) -> tu
         if asked is not None:
             _check_port_free(asked, previous)
         return asked, None
-    port = _port_of(previous.entrypoint_url)
+    port = port_of(previous.entrypoint_url)
     if previous.alive and asked in (None, port):
         return port, str(chain_dir(name) / "deployments" / previous.deployment)
     if asked is not None:
         _check_port_free(asked, previous)
         return asked, None
-    return (port if _port_free(port) else None), None
-
-
-def _port_free(port: int) -> bool:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
-        # Connections of the dead deployment still in TIME_WAIT do not hold the port.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    return (port if port_free(port) else None), None
 
 
 def _check_port_free(port: int, previous: ChainState | None) -> None:
-    if previous is not None and previous.alive and _port_of(previous.entrypoint_url) == port:
+    if previous is not None and previous.alive and port_of(previous.entrypoint_url) == port:
         return
-    if not _port_free(port):
-        raise ChainsUsageError(f"port {port} on 127.0.0.1 is in use; pick another with --port")
+    check_port_free(port)
 
 
 class _StartFailed(ChainsRuntimeError):
@@ -503,30 +444,6 @@ def _signal(pid: int, identity: str | None, sig: signal.Signals) -> bool:
     finally:
         if pidfd >= 0:
             os.close(pidfd)
-
-
-def follow_files(paths: list[Path], lines: int, follow: bool) -> Iterator[str]:
-    """The last ``lines`` of each file, prefixed with its name when there are several; with
-    ``follow``, then every line appended to them, until the caller stops iterating."""
-    handles = []
-    try:
-        for path in paths:
-            handle = open(path, errors="replace")  # noqa: SIM115 - kept open while following
-            handles.append((path, handle))
-            for line in handle.read().splitlines()[-lines:]:
-                yield f"{path.stem} | {line}" if len(paths) > 1 else line
-        while follow:
-            quiet = True
-            for path, handle in handles:
-                for line in iter(handle.readline, ""):
-                    quiet = False
-                    text = line.rstrip("\n")
-                    yield f"{path.stem} | {text}" if len(paths) > 1 else text
-            if quiet:
-                time.sleep(0.2)
-    finally:
-        for _, handle in handles:
-            handle.close()
 
 
 def control(deploy_dir: Path, command: Mapping[str, object], timeout: float = 120.0) -> dict[str, object]:

@@ -39,7 +39,9 @@ from chains import progress
 from chains.checks import Chain, ChainletSpec
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.progress import Board, Stage
-from chains.targets import PushOptions, cors_env, running_target
+from chains.targets import running_target
+from chains.targets.environment import chainlet_environment
+from chains.targets.options import RayOptions
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -216,30 +218,14 @@ def _grace(spec: ChainletSpec) -> float:
 
 
 def _environment(
-    chain: Chain, spec: ChainletSpec, token: str, proxy_url: str, options: PushOptions
+    chain: Chain, spec: ChainletSpec, token: str, proxy_url: str, options: RayOptions
 ) -> dict[str, str]:
-    env = dict(spec.remote_config.options.env_variables)
-    env.update(
-        {
-            "CHAINS_CHAIN": chain.name,
-            "CHAINS_INTERNAL_TOKEN": token,
-            "CHAINS_IS_ENTRYPOINT": "1" if spec is chain.entrypoint else "0",
-            "CHAINS_ENVIRONMENT": "ray",
-            "CHAINS_GRACE_SEC": f"{_grace(spec):g}",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
+    env = chainlet_environment(chain, spec, token, options, "ray")
+    env["CHAINS_GRACE_SEC"] = f"{_grace(spec):g}"
     dependencies = sorted({dep.name for dep in spec.dependencies})
     if dependencies:
         urls = {name: [proxy_url + route_prefix(chain.name, name)] for name in dependencies}
         env["CHAINS_DEPENDENCY_URLS"] = json.dumps(urls, sort_keys=True)
-    for key in spec.remote_config.assets.secret_keys:
-        if key in options.secrets:
-            env[f"CHAINS_SECRET_{key}"] = options.secrets[key]
-    if spec is chain.entrypoint and options.api_key:
-        env["CHAINS_API_KEY"] = options.api_key
-    if spec is chain.entrypoint:
-        env.update(cors_env(chain, options.cors_origins))
     return env
 
 
@@ -305,13 +291,8 @@ def _dashboard_url(context: Any) -> str:
 class RayTarget:
     """Deploys a chain to a Ray cluster as Serve applications, one per chainlet."""
 
-    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: RayOptions) -> ChainState:
         """Deploy every chainlet and wait until Serve runs all their replicas."""
-        if options.entry_port is not None:
-            raise ChainsUsageError(
-                "--port does not apply to the ray target: Serve's proxy serves the entrypoint, "
-                "at <proxy>/<chain>/<entrypoint>"
-            )
         ray, serve = _ray()
         from ray.serve.api import RunTarget
 

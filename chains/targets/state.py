@@ -23,13 +23,15 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import pydantic
 
 from chains.errors import ChainsUsageError
+
+T = TypeVar("T")
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -52,6 +54,7 @@ __all__ = [
     "read_state",
     "same_process",
     "write_private",
+    "writing",
 ]
 
 # What a stop waits beyond a deployment's own grace_sec before it kills the supervisor.
@@ -213,6 +216,18 @@ def home_error(exc: OSError, what: str) -> ChainsUsageError | None:
     return ChainsUsageError(
         f"cannot {what} in {where}: {reason}; free space there, or set CHAINS_HOME to a writable folder"
     )
+
+
+def writing(action: Callable[[], T], what: str) -> T:
+    """Run ``action``; a state folder that cannot be written becomes a clear error saying
+    ``what`` could not be done."""
+    try:
+        return action()
+    except OSError as exc:
+        error = home_error(exc, what)
+        if error is None:
+            raise
+        raise error from None
 
 
 def read_state(name: str) -> ChainState:

@@ -45,7 +45,7 @@ from chains import progress
 from chains.checks import Chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.progress import Board, Stage
-from chains.targets import PushOptions, running_target
+from chains.targets import running_target
 from chains.targets.compose import (
     DEFAULT_ENTRY_PORT,
     SwarmTlsSecrets,
@@ -53,8 +53,10 @@ from chains.targets.compose import (
     swarm_document,
     swarm_secret_variables,
 )
-from chains.targets.docker import DockerTarget, merge_followed
-from chains.targets.docker_engine import Engine, connect
+from chains.targets.docker_engine import LABEL, Engine, connect, engine_time
+from chains.targets.image_builds import build_images
+from chains.targets.logs import merge_followed
+from chains.targets.options import SwarmOptions
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -68,7 +70,6 @@ from chains.targets.wiring import LABEL_NAME, PORT, ChainWiring, wire
 
 __all__ = ["SwarmTarget", "node_engines"]
 
-LABEL = "chains.chain"
 STACK_LABEL = "com.docker.stack.namespace"  # what `docker stack deploy` labels its objects with
 DEPLOY_TIMEOUT_SEC = 120.0  # `docker stack deploy` itself; readiness is bounded by --timeout
 STOP_TIMEOUT_SEC = 60.0  # beyond the grace: tasks to shut down, the network to go
@@ -134,7 +135,7 @@ class SwarmTarget:
 
     # -- push ------------------------------------------------------------------------------------
 
-    def push(self, chain: Chain, source_file: Path, options: PushOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: SwarmOptions) -> ChainState:
         from codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
 
         engine = connect()
@@ -165,7 +166,7 @@ class SwarmTarget:
         try:
             result = generate(chain, source_file, deploy_dir / "generated", base_image=base_image)
             # The docker target's builds, on the manager: same tags, same layer cache.
-            images = DockerTarget(self.log)._images(engine, chain, result, base_image)
+            images = build_images(engine, chain, result, base_image, self.log)
             self._distribute(engine, manager, images)
             tls = tls_wanted()
             wiring = wire(
@@ -259,7 +260,7 @@ class SwarmTarget:
         engine: Engine,
         stack: _Stack,
         wiring: ChainWiring,
-        options: PushOptions,
+        options: SwarmOptions,
         deploy_id: str,
         created: list[str],
     ) -> dict[str, str]:
@@ -351,7 +352,7 @@ class SwarmTarget:
             )
         return SwarmTlsSecrets(secret(stack.name, "ca", authority.cert_pem), certificates)
 
-    def _entry_port(self, options: PushOptions, previous: ChainState | None) -> int:
+    def _entry_port(self, options: SwarmOptions, previous: ChainState | None) -> int:
         if options.entry_port is not None:
             return options.entry_port
         if previous is not None and previous.target == "swarm":
@@ -505,7 +506,7 @@ class SwarmTarget:
                         port=entry_port if is_entry else PORT,
                         url=url,
                         state=status,
-                        started_at=_timestamp(task.get("Status", {}).get("Timestamp")) or time.time(),
+                        started_at=engine_time(task.get("Status", {}).get("Timestamp")) or time.time(),
                         container=f"{service.name}.{task.get('Slot')} on {_node_name(node)}",
                         image=spec["TaskTemplate"]["ContainerSpec"]["Image"],
                     )
@@ -724,12 +725,6 @@ def _node_address(node: dict[str, Any]) -> str:
 
 def _node_name(node: dict[str, Any]) -> str:
     return str((node.get("Description") or {}).get("Hostname") or node.get("ID") or "?")
-
-
-def _timestamp(text: object) -> float | None:
-    from chains.targets.docker import _started_at
-
-    return _started_at({"State": {"StartedAt": text}}) if text else None
 
 
 def _log_lines(service: Any, follow: bool, lines: int) -> Iterator[str]:

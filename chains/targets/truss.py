@@ -32,9 +32,9 @@ from chains.checks import Chain, ChainletSpec
 from chains.config import BasetenImage, Compute, CustomImage, RemoteConfig
 from chains.errors import ChainsUsageError
 from chains.server.openapi import example_arguments
-from chains.targets import PushOptions
 from chains.targets.files import export_code, header, is_ours, regenerate_command
 from chains.targets.k8s_manifests import cpu_quantity, memory_quantity
+from chains.targets.options import TrussOptions
 from chains.targets.wiring import ChainletWiring, wire
 from chains.targets.yamltext import dump
 
@@ -275,7 +275,7 @@ def _replace(directory: Path) -> None:
 class TrussTarget:
     """Writes one Truss directory per chainlet."""
 
-    def export(self, chain: Chain, source_file: Path, options: PushOptions) -> list[Path]:
+    def export(self, chain: Chain, source_file: Path, options: TrussOptions) -> list[Path]:
         addresses = model_addresses(chain, options.model_urls)
         out_dir, generated = export_code(
             chain,

@@ -12,7 +12,7 @@ import yaml
 
 from chains.checks import Chain
 from chains.loader import load_chain
-from chains.targets import PushOptions, export_target
+from chains.targets import export_target, options_for
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -54,8 +54,8 @@ def export(
     """Export ``source`` from ``workdir`` into the relative ``out``, as a user would."""
     chain = load_chain(source)
     workdir.mkdir(parents=True, exist_ok=True)
-    options = PushOptions(
-        secrets=dict(SECRET_VALUES), out_dir=Path(out), registry=registry, model_urls=model_urls or {}
+    options = options_for(
+        target, secrets=dict(SECRET_VALUES), out_dir=Path(out), registry=registry, model_urls=model_urls or {}
     )
     with contextlib.chdir(workdir):
         files = export_target(target).export(chain, source, options)

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from chains.loader import load_chain
-from chains.targets import PushOptions, export_target
-from chains.targets.local import _environment
+from chains.targets import PushOptions, export_target, options_for
+from chains.targets.environment import chainlet_environment
 from tests.helpers import write_chain
 
 CHAIN = """
@@ -42,7 +42,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _export(target: str, source: Path, workdir: Path) -> Path:
-    options = PushOptions(out_dir=Path("out"), cors_origins=("http://127.0.0.1:8080",))
+    options = options_for(target, out_dir=Path("out"), cors_origins=("http://127.0.0.1:8080",))
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.chdir(workdir):
         export_target(target).export(load_chain(source), source, options)
@@ -85,8 +85,10 @@ def test_local_and_docker(source: Path) -> None:
     # The docker target starts its containers with this same environment.
     chain = load_chain(source)
     options = PushOptions(cors_origins=("http://127.0.0.1:8080",))
-    assert _environment(chain, "Front", "token", options)["CHAINS_CORS_ORIGINS"] == BOTH
-    assert "CHAINS_CORS_ORIGINS" not in _environment(chain, "Helper", "token", options)
+    front = chainlet_environment(chain, chain.get("Front"), "token", options, "local")
+    assert front["CHAINS_CORS_ORIGINS"] == BOTH
+    helper = chainlet_environment(chain, chain.get("Helper"), "token", options, "local")
+    assert "CHAINS_CORS_ORIGINS" not in helper
 
 
 def test_ray(source: Path) -> None:
@@ -105,7 +107,9 @@ def test_an_entrypoint_without_origins_gets_none(tmp_path: Path) -> None:
         tmp_path,
         CHAIN.replace('remote_config = chains.RemoteConfig(cors_origins=["https://app.example"])', ""),
     )
-    assert "CHAINS_CORS_ORIGINS" not in _environment(load_chain(source), "Front", "token", PushOptions())
+    chain = load_chain(source)
+    front = chainlet_environment(chain, chain.get("Front"), "token", PushOptions(), "local")
+    assert "CHAINS_CORS_ORIGINS" not in front
 
 
 def test_the_cli_takes_repeated_origins_and_refuses_a_bad_one(source: Path, tmp_path: Path) -> None:

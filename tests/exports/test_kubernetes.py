@@ -13,7 +13,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from chains.targets import PushOptions, export_target
+from chains.targets import KubernetesOptions, export_target
 from chains.targets.k8s_manifests import secrets_secret_name, token_secret_name
 from chains.targets.wiring import PORT, PRESTOP_SEC
 from tests.exports.conftest import CHAINS, SECRET_VALUES, Export, all_text, export, tree_bytes
@@ -310,7 +310,7 @@ def test_apply_runs_kubectl_when_there_is_a_context(
     chain = load_chain(CHAINS["hello"])
     out = tmp_path / "out"
     export_target("kubernetes").export(
-        chain, CHAINS["hello"], PushOptions(out_dir=out, apply=True, timeout=7)
+        chain, CHAINS["hello"], KubernetesOptions(out_dir=out, apply=True, timeout=7)
     )
     calls = log.read_text().splitlines()
     err = capsys.readouterr().err
