@@ -8,7 +8,8 @@ hop of a chain (see docs/server-framework.md for the measurement).
 A call to ``/run_remote`` becomes a :class:`~chains.server.request.Request`; the checks that
 may refuse it raise :class:`~chains.server.refusal.Refusal`, answered in one place; the slots
 and queue are :mod:`chains.server.capacity`'s, the client leaving is watched by
-:mod:`chains.server.disconnect`, and a stream's answer is :mod:`chains.server.streaming_response`'s.
+:mod:`chains.server.disconnect`, a failure is answered by :mod:`chains.server.error_response`,
+and a stream's answer is :mod:`chains.server.streaming_response`'s.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import hmac
 import inspect
 import json
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +33,7 @@ from chains import codec, tracing
 from chains.call_context import CallContext, serving_call
 from chains.chainlet import ChainletBase
 from chains.checks import ChainletSpec
-from chains.errors import DeadlineExceeded, DependencyUnavailable, ErrorDetail
+from chains.errors import DeadlineExceeded
 from chains.server import openapi
 from chains.server.asgi import (
     BodyTooLarge,
@@ -49,8 +48,10 @@ from chains.server.asgi import (
 )
 from chains.server.browser import BrowserRoutes
 from chains.server.capacity import Capacity
+from chains.server.credentials import Credentials
 from chains.server.deadline import END, loop_time, passed, until_deadline
 from chains.server.disconnect import DisconnectWatch
+from chains.server.error_response import send_error
 from chains.server.metrics import Metrics
 from chains.server.negotiation import negotiate
 from chains.server.refusal import RETRY_SOON, Refusal
@@ -99,8 +100,10 @@ class ChainletApp:
         self._executor: ThreadPoolExecutor | None = None
         self._docs = settings.docs if settings.docs is not None else settings.is_entrypoint
         self._openapi = json.dumps(openapi.document(spec, entrypoint=settings.is_entrypoint)).encode()
-        self._token = (settings.internal_token or "").encode()
-        self._api_key = (settings.api_key or "").encode()
+        entrypoint = settings.is_entrypoint
+        self._credentials = Credentials(
+            entrypoint, settings.api_key if entrypoint else settings.internal_token
+        )
         # What an outside caller sees of an error: see docs/concepts.md, "Errors".
         self._public_errors = settings.is_entrypoint and not settings.shows_tracebacks
         self._build_task: asyncio.Task[None] | None = None
@@ -206,7 +209,7 @@ class ChainletApp:
             await send_json(send, 200 if ready else 503, {"ready": ready, "detail": reason})
         elif path == "/metrics":
             # The entrypoint's metrics name the chain's internal chainlets: its callers' key guards them.
-            refusal = self._authorized(header_map(scope)) if self.settings.is_entrypoint else None
+            refusal = self._credentials.refusal(header_map(scope)) if self.settings.is_entrypoint else None
             if refusal is not None:
                 await send_json(send, 401, {"detail": refusal})
                 return
@@ -239,26 +242,10 @@ class ChainletApp:
 
     # -- POST /run_remote --------------------------------------------------------------------
 
-    def _authorized(self, headers: dict[str, str]) -> str | None:
-        """Why the call is refused, or None when its credentials are right."""
-        expected = self._api_key if self.settings.is_entrypoint else self._token
-        if not expected:
-            return None
-        given = headers.get("authorization", "")
-        scheme, _, credential = given.partition(" ")
-        if scheme.lower() != "bearer":
-            credential = headers.get("x-api-key", "") if self.settings.is_entrypoint else ""
-        if not credential:
-            what = "an API key" if self.settings.is_entrypoint else "the chain's internal token"
-            return f"missing credentials: send `Authorization: Bearer <{what}>`"
-        if not hmac.compare_digest(credential.strip().encode(), expected):
-            return "wrong credentials"
-        return None
-
     # What a WebSocket conversation's admission shares with calls (chains.server.websocket).
 
     def authorize(self, headers: dict[str, str]) -> str | None:
-        return self._authorized(headers)
+        return self._credentials.refusal(headers)
 
     @property
     def public_errors(self) -> bool:
@@ -324,7 +311,7 @@ class ChainletApp:
         """The call's arguments, read and decoded; raises :class:`Refusal` (or ``ClientGone``)
         for a call that is not let in, checked in the order the statuses are documented."""
         headers = request.headers
-        refusal = self._authorized(headers)
+        refusal = self._credentials.refusal(headers)
         if refusal is not None:
             raise Refusal(401, refusal)
         if self.instance is None:
@@ -404,28 +391,16 @@ class ChainletApp:
     def _deadline_error(self) -> DeadlineExceeded:
         return DeadlineExceeded(f"{self.spec.name} did not answer within the caller's deadline")
 
-    async def _fail(self, request: Request, status: int, exc: BaseException) -> int:
-        if self._tracing is not None:
-            self._tracing.record_error(exc)
-        detail = ErrorDetail.from_exception(exc, self.spec.name)
-        headers = request.id_header
-        if self.settings.is_entrypoint:
-            if self._public_errors:
-                detail = detail.public(request.call.request_id)
-            if status == 500 and isinstance(exc, DependencyUnavailable):
-                # A dependency was busy or unreachable through every retry of this call: a
-                # later call may well succeed, so the outside caller is told to retry. Only
-                # here: between chainlets a 503 would be retried at every hop, multiplying the
-                # load on the dependency that is already overloaded.
-                status = 503
-                headers = [(b"retry-after", _retry_after(exc)), *headers]
-        body: dict[str, Any] = {"error": {**detail.model_dump(mode="json"), **detail.truss_fields()}}
-        if detail.status is not None and status == 500:
-            # An HTTPException's status and detail, as FastAPI would answer them.
-            status = detail.status
-            body["detail"] = detail.message
-        await send_json(request.send, status, body, headers)
-        return status
+    def _fail(self, request: Request, status: int, exc: BaseException) -> Awaitable[int]:
+        return send_error(
+            request,
+            status,
+            exc,
+            chainlet=self.spec.name,
+            entrypoint=self.settings.is_entrypoint,
+            public=self._public_errors,
+            tracing=self._tracing,
+        )
 
     async def _stream(self, request: Request, arguments: dict[str, Any]) -> int:
         call = request.call
@@ -468,9 +443,3 @@ class ChainletApp:
                 metrics=self.metrics,
             )
         return 200
-
-
-def _retry_after(exc: DependencyUnavailable) -> bytes:
-    """Seconds the dependency asked its callers to wait (1 when it did not say), rounded up."""
-    seconds = exc.retry_after if exc.retry_after is not None else 1.0
-    return str(max(1, math.ceil(seconds))).encode()
