@@ -309,7 +309,7 @@ class ChainletApp:
 
     async def _admit(self, request: Request) -> dict[str, Any]:
         """The call's arguments, read and decoded; raises :class:`Refusal` (or ``ClientGone``)
-        for a call that is not let in, checked in the order the statuses are documented."""
+        for a call that is not let in: credentials, readiness, content type, body, arguments."""
         headers = request.headers
         refusal = self._credentials.refusal(headers)
         if refusal is not None:
