@@ -30,8 +30,6 @@ class BodySender:
     a pause, a chunk goes out at once.
     """
 
-    __slots__ = ("_closing", "_last_sent", "_pending", "_send", "_size", "_taken", "_task", "_wakeup")
-
     def __init__(self, send: Send) -> None:
         self._send = send
         self._pending: list[bytes] = []
