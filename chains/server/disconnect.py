@@ -53,8 +53,12 @@ class DisconnectWatch:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
         self._starting.cancel()
-        if self._watcher is not None:
-            self._watcher.cancel()
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.cancel()
+            # Let go of the task: its CancelledError will hold _watch's frame, which holds this
+            # watch, and the cycle would be left to the garbage collector, call after call.
+            self._watcher = None
         if not (self.gone and isinstance(exc, asyncio.CancelledError)):
             return False
         # The cancel was the watch's own: the call ends here, answered or not.
