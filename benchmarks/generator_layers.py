@@ -28,7 +28,7 @@ import pydantic
 import uvloop
 
 from chains.errors import DeadlineExceeded
-from chains.server.app import _items
+from chains.server.deadline import until_deadline
 from chains.streaming import StreamShape, decode_framed, encode_framed, kinds
 
 
@@ -75,7 +75,7 @@ async def _relay(body: bytes, count: int) -> float:
     user = _passed_on(decode_framed(SHAPE, _chunks(body)))
     first = await anext(user)
     deadline = time.monotonic() + 3600  # stubs always send one, so the watch always runs
-    items = _items(first, user, deadline, DeadlineExceeded("benchmark"))
+    items = until_deadline(first, user, deadline, DeadlineExceeded("benchmark"))
     async for _ in encode_framed(SHAPE, items, chainlet="Relay"):
         pass
     return (time.perf_counter() - started) / count

@@ -202,6 +202,22 @@ def test_wrong_content_type_is_415(echo: ServerProcess) -> None:
     assert response.status_code == 415 and "application/json" in response.json()["detail"]
 
 
+def test_every_refusal_carries_the_callers_request_id(echo: ServerProcess) -> None:
+    rid = {"x-chains-request-id": "refused-7"}
+    body = json.dumps({"text": "hi"})
+    no_token = httpx.post(
+        echo.url + "/run_remote", content=body, headers={"content-type": "application/json", **rid}
+    )
+    not_json = httpx.post(
+        echo.url + "/run_remote", content=body, headers={**echo.headers, "content-type": "text/plain", **rid}
+    )
+    invalid = post(echo, {"text": 3}, **rid)
+    for response, status in ((no_token, 401), (not_json, 415), (invalid, 422)):
+        assert response.status_code == status, response.text
+        assert response.headers["x-chains-request-id"] == "refused-7"
+        assert response.json()["detail"]
+
+
 def test_oversized_body_is_413_before_it_is_read(generated: dict[str, Path]) -> None:
     with running(serve(generated, "Echo", env={"CHAINS_MAX_BODY_BYTES": "1000"})) as (server,):
         big = json.dumps({"text": "x" * 2000})
