@@ -14,9 +14,9 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from chains import terminal
-from chains.checks import Chain
 from chains.errors import ChainsError, ChainsUsageError
 from chains.loader import load_chain
+from chains.model import Chain
 from chains.targets import TARGETS
 
 __all__ = ["main"]

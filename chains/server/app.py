@@ -32,8 +32,8 @@ import pydantic_core
 from chains import codec, tracing
 from chains.call_context import CallContext, serving_call
 from chains.chainlet import ChainletBase
-from chains.checks import ChainletSpec
 from chains.errors import DeadlineExceeded
+from chains.model import ChainletSpec
 from chains.server import openapi
 from chains.server.asgi import (
     BodyTooLarge,

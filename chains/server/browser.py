@@ -17,7 +17,7 @@ from importlib import resources
 from urllib.parse import parse_qsl
 
 from chains.call_context import REQUEST_ID_HEADER, CallContext
-from chains.checks import ChainletSpec
+from chains.model import ChainletSpec
 from chains.server import event_source
 from chains.server.asgi import Message, Receive, Scope, Send, header_map, send_bytes, send_json
 from chains.server.cors import CorsPolicy, request_origin, same_origin

@@ -6,8 +6,8 @@ import html
 import json
 from typing import Any
 
-from chains.checks import ChainletSpec
 from chains.endpoint import EndpointSpec
+from chains.model import ChainletSpec
 from chains.streaming import StreamKind
 
 __all__ = ["docs_page", "document", "example_arguments"]

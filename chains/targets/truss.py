@@ -28,9 +28,9 @@ from typing import Any
 import jinja2
 
 import chains as chains_package
-from chains.checks import Chain, ChainletSpec
 from chains.config import BasetenImage, Compute, CustomImage, RemoteConfig
 from chains.errors import ChainsUsageError
+from chains.model import Chain, ChainletSpec
 from chains.server.openapi import example_arguments
 from chains.targets.files import export_code, header, is_ours, regenerate_command
 from chains.targets.k8s_manifests import cpu_quantity, memory_quantity
