@@ -45,7 +45,6 @@ from chains.errors import (
 )
 from chains.streaming.frame_reader import FrameReader
 from chains.streaming.kinds import STRUCTURED
-from chains.streaming.media import FRAMED_MEDIA_TYPE
 from chains.streaming.reader import (
     FooterStreamReader,
     HeaderFooterStreamReader,
@@ -55,7 +54,7 @@ from chains.streaming.reader import (
 )
 from chains.streaming.shape import StreamShape
 from chains.streaming.types import StreamTypes
-from chains.wire import wire_adapter
+from chains.wire import FRAMED_MEDIA_TYPE, JSON_MEDIA_TYPE, RUN_REMOTE, wire_adapter
 
 __all__ = ["AsyncClient", "Client", "Stream", "StructuredStream"]
 
@@ -63,9 +62,6 @@ T = TypeVar("T")
 ItemT = TypeVar("ItemT")
 HeaderT = TypeVar("HeaderT")
 FooterT = TypeVar("FooterT")
-
-_PATH = "/run_remote"
-_JSON = "application/json"
 
 
 class _BaseClient:
@@ -83,7 +79,7 @@ class _BaseClient:
             raise ValueError(f"a chain's URL starts with http:// or https://, got {url!r}")
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self._headers = {"content-type": _JSON, **(headers or {})}
+        self._headers = {"content-type": JSON_MEDIA_TYPE, **(headers or {})}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
 
@@ -96,7 +92,7 @@ class _BaseClient:
         if response.status_code != 200:
             raise _failure(self.url, response.status_code, response.content, response.headers)
         kind = response.headers.get("content-type", "")
-        if not kind.startswith(_JSON):
+        if not kind.startswith(JSON_MEDIA_TYPE):
             raise ChainsRuntimeError(
                 f"{self.url} answered {kind or 'no content type'}, not a JSON result: the entrypoint "
                 "streams; read it with .stream(...)"
@@ -306,9 +302,9 @@ class Client(_BaseClient):
     def call(self, output_type: Any = None, /, **arguments: Any) -> Any:
         """Call a unary entrypoint with ``arguments``; its result validated as ``output_type``
         (a model, ``list[str]``, ...), or the plain JSON value when it is None."""
-        body, headers = self._request(_JSON, arguments)
+        body, headers = self._request(JSON_MEDIA_TYPE, arguments)
         try:
-            response = self._http.post(self.url + _PATH, content=body, headers=headers)
+            response = self._http.post(self.url + RUN_REMOTE, content=body, headers=headers)
         except httpx.TimeoutException as exc:
             raise self._late() from exc
         except httpx.TransportError as exc:
@@ -329,7 +325,7 @@ class Client(_BaseClient):
         here, and anything after it while reading.
         """
         body, headers = self._request(FRAMED_MEDIA_TYPE, arguments)
-        request = self._http.build_request("POST", self.url + _PATH, content=body, headers=headers)
+        request = self._http.build_request("POST", self.url + RUN_REMOTE, content=body, headers=headers)
         try:
             response = self._http.send(request, stream=True)
         except httpx.TimeoutException as exc:
@@ -384,9 +380,9 @@ class AsyncClient(_BaseClient):
     async def call(self, output_type: Any = None, /, **arguments: Any) -> Any: ...
     async def call(self, output_type: Any = None, /, **arguments: Any) -> Any:
         """Call a unary entrypoint; see :meth:`Client.call`."""
-        body, headers = self._request(_JSON, arguments)
+        body, headers = self._request(JSON_MEDIA_TYPE, arguments)
         try:
-            response = await self._http.post(self.url + _PATH, content=body, headers=headers)
+            response = await self._http.post(self.url + RUN_REMOTE, content=body, headers=headers)
         except httpx.TimeoutException as exc:
             raise self._late() from exc
         except httpx.TransportError as exc:
@@ -416,7 +412,7 @@ class AsyncClient(_BaseClient):
         the reader ``chains.stream_reader`` makes (``read_header``, ``read_items``,
         ``read_footer``), for anything else an async generator of the items."""
         body, headers = self._request(FRAMED_MEDIA_TYPE, arguments)
-        request = self._http.build_request("POST", self.url + _PATH, content=body, headers=headers)
+        request = self._http.build_request("POST", self.url + RUN_REMOTE, content=body, headers=headers)
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TimeoutException as exc:

@@ -23,9 +23,9 @@ from chains.chainlet import ChainletBase, construct
 from chains.checks import chainlet_spec
 from chains.context import DeployedServiceDescriptor, DeploymentContext, Secrets
 from chains.errors import ChainsUsageError
+from chains.metrics import Metrics
 from chains.model import building_with
 from chains.server.app import ChainletApp, StreamAborted
-from chains.server.metrics import Metrics
 from chains.server.settings import SECRET_PREFIX, ServerSettings
 from chains.stubs import StubBase, StubOptions
 

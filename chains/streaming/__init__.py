@@ -58,13 +58,6 @@ from chains.streaming.kinds import (
     kind_named,
     stream_kind_named,
 )
-from chains.streaming.media import (
-    BYTES_MEDIA_TYPE,
-    FRAMED_MEDIA_TYPE,
-    NDJSON_MEDIA_TYPE,
-    SSE_MEDIA_TYPE,
-    TEXT_MEDIA_TYPE,
-)
 from chains.streaming.reader import (
     FooterStreamReader,
     HeaderFooterStreamReader,
@@ -83,6 +76,13 @@ from chains.streaming.writer import (
     StreamWriter,
     WriterChunk,
     stream_writer,
+)
+from chains.wire import (
+    BYTES_MEDIA_TYPE,
+    FRAMED_MEDIA_TYPE,
+    NDJSON_MEDIA_TYPE,
+    SSE_MEDIA_TYPE,
+    TEXT_MEDIA_TYPE,
 )
 
 __all__ = [
