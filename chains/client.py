@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Awaitable, Iterator, Mapping
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Generic, TypeVar, overload
 
@@ -62,10 +63,12 @@ T = TypeVar("T")
 ItemT = TypeVar("ItemT")
 HeaderT = TypeVar("HeaderT")
 FooterT = TypeVar("FooterT")
+_HttpT = TypeVar("_HttpT", httpx.Client, httpx.AsyncClient)
 
 
-class _BaseClient:
-    """What :class:`Client` and :class:`AsyncClient` share: the request and what an answer means."""
+class _BaseClient(Generic[_HttpT]):
+    """What :class:`Client` and :class:`AsyncClient` share: building the request, and what an
+    answer, a failure to get one, and a stream's start mean. The two only send and read."""
 
     def __init__(
         self,
@@ -82,11 +85,26 @@ class _BaseClient:
         self._headers = {"content-type": JSON_MEDIA_TYPE, **(headers or {})}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
+        self._http: _HttpT = self._open(httpx.Timeout(timeout, connect=min(timeout or 10.0, 10.0)))
 
-    def _request(self, accept: str, arguments: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+    def _open(self, timeout: httpx.Timeout) -> _HttpT:
+        raise NotImplementedError
+
+    def _request(self, accept: str, arguments: dict[str, Any]) -> httpx.Request:
         # The wire's JSON: bytes as base64, models by alias (what the server validates against).
         body = pydantic_core.to_json(arguments, by_alias=True, bytes_mode="base64")
-        return body, {**self._headers, "accept": accept}
+        headers = {**self._headers, "accept": accept}
+        return self._http.build_request("POST", self.url + RUN_REMOTE, content=body, headers=headers)
+
+    @contextmanager
+    def _sending(self) -> Iterator[None]:
+        """Raise a failure to reach the entrypoint as the chain's own error for it."""
+        try:
+            yield
+        except httpx.TimeoutException as exc:
+            raise self._late() from exc
+        except httpx.TransportError as exc:
+            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
 
     def _result(self, output_type: Any, response: httpx.Response) -> Any:
         if response.status_code != 200:
@@ -119,9 +137,6 @@ class _BaseClient:
 
     def _late(self) -> DeadlineExceeded:
         return DeadlineExceeded(f"{self.url} did not answer within {self.timeout}s")
-
-    def _timeout(self) -> httpx.Timeout:
-        return httpx.Timeout(self.timeout, connect=min(self.timeout or 10.0, 10.0))
 
 
 def _shape(of: Any) -> StreamShape:
@@ -274,7 +289,7 @@ class StructuredStream(Stream[ItemT], Generic[ItemT, HeaderT, FooterT]):
         return footer
 
 
-class Client(_BaseClient):
+class Client(_BaseClient[httpx.Client]):
     """A blocking client of one chain's entrypoint (the URL ``chains push`` printed).
 
     ``api_key`` is sent as ``Authorization: Bearer``; ``timeout`` (seconds, None for none)
@@ -284,16 +299,8 @@ class Client(_BaseClient):
             print(client.call(list[str], names=["Ada"]))
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        api_key: str | None = None,
-        timeout: float | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(url, api_key=api_key, timeout=timeout, headers=headers)
-        self._http = httpx.Client(timeout=self._timeout())
+    def _open(self, timeout: httpx.Timeout) -> httpx.Client:
+        return httpx.Client(timeout=timeout)
 
     @overload
     def call(self, output_type: type[T], /, **arguments: Any) -> T: ...
@@ -302,13 +309,8 @@ class Client(_BaseClient):
     def call(self, output_type: Any = None, /, **arguments: Any) -> Any:
         """Call a unary entrypoint with ``arguments``; its result validated as ``output_type``
         (a model, ``list[str]``, ...), or the plain JSON value when it is None."""
-        body, headers = self._request(JSON_MEDIA_TYPE, arguments)
-        try:
-            response = self._http.post(self.url + RUN_REMOTE, content=body, headers=headers)
-        except httpx.TimeoutException as exc:
-            raise self._late() from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        with self._sending():
+            response = self._http.send(self._request(JSON_MEDIA_TYPE, arguments))
         return self._result(output_type, response)
 
     @overload
@@ -324,14 +326,8 @@ class Client(_BaseClient):
         The request is sent at once: a refusal or an error before the stream starts is raised
         here, and anything after it while reading.
         """
-        body, headers = self._request(FRAMED_MEDIA_TYPE, arguments)
-        request = self._http.build_request("POST", self.url + RUN_REMOTE, content=body, headers=headers)
-        try:
-            response = self._http.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise self._late() from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        with self._sending():
+            response = self._http.send(self._request(FRAMED_MEDIA_TYPE, arguments), stream=True)
         try:
             self._check_stream(response, response.read() if response.status_code != 200 else b"")
         except BaseException:
@@ -353,7 +349,7 @@ class Client(_BaseClient):
         self.close()
 
 
-class AsyncClient(_BaseClient):
+class AsyncClient(_BaseClient[httpx.AsyncClient]):
     """The asyncio client of one chain's entrypoint; see :class:`Client`::
 
     async with AsyncClient(url) as client:
@@ -363,16 +359,8 @@ class AsyncClient(_BaseClient):
         started = await reader.read_header()
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        api_key: str | None = None,
-        timeout: float | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(url, api_key=api_key, timeout=timeout, headers=headers)
-        self._http = httpx.AsyncClient(timeout=self._timeout())
+    def _open(self, timeout: httpx.Timeout) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=timeout)
 
     @overload
     async def call(self, output_type: type[T], /, **arguments: Any) -> T: ...
@@ -380,13 +368,8 @@ class AsyncClient(_BaseClient):
     async def call(self, output_type: Any = None, /, **arguments: Any) -> Any: ...
     async def call(self, output_type: Any = None, /, **arguments: Any) -> Any:
         """Call a unary entrypoint; see :meth:`Client.call`."""
-        body, headers = self._request(JSON_MEDIA_TYPE, arguments)
-        try:
-            response = await self._http.post(self.url + RUN_REMOTE, content=body, headers=headers)
-        except httpx.TimeoutException as exc:
-            raise self._late() from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        with self._sending():
+            response = await self._http.send(self._request(JSON_MEDIA_TYPE, arguments))
         return self._result(output_type, response)
 
     @overload
@@ -411,14 +394,8 @@ class AsyncClient(_BaseClient):
         """Call a streaming entrypoint; see :meth:`Client.stream`. For ``StreamTypes`` it is
         the reader ``chains.stream_reader`` makes (``read_header``, ``read_items``,
         ``read_footer``), for anything else an async generator of the items."""
-        body, headers = self._request(FRAMED_MEDIA_TYPE, arguments)
-        request = self._http.build_request("POST", self.url + RUN_REMOTE, content=body, headers=headers)
-        try:
-            response = await self._http.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise self._late() from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        with self._sending():
+            response = await self._http.send(self._request(FRAMED_MEDIA_TYPE, arguments), stream=True)
         try:
             self._check_stream(response, await response.aread() if response.status_code != 200 else b"")
         except BaseException:
@@ -444,7 +421,7 @@ class AsyncClient(_BaseClient):
 class _Body:
     """The chunks of a streamed response; a timeout while waiting for one is the deadline's."""
 
-    def __init__(self, response: httpx.Response, client: _BaseClient) -> None:
+    def __init__(self, response: httpx.Response, client: _BaseClient[Any]) -> None:
         self._response = response
         self._chunks = response.iter_bytes()
         self._client = client
@@ -465,7 +442,7 @@ class _Body:
 class _AsyncBody:
     """:class:`_Body` for :class:`AsyncClient`; ``aclose`` (the reader's) releases the connection."""
 
-    def __init__(self, response: httpx.Response, client: _BaseClient) -> None:
+    def __init__(self, response: httpx.Response, client: _BaseClient[Any]) -> None:
         self._response = response
         self._chunks = response.aiter_bytes()
         self._client = client
