@@ -27,8 +27,8 @@ The modules, one concept each:
 - ``sse``: :class:`SSE` events and their parser;
 - ``kinds``: one object per kind of output (unary, text, bytes, sse, items, structured),
   carrying what differs between them; ``shape``: what one endpoint streams;
-- ``forms``: the framed, server-sent events and raw forms of a stream on HTTP;
-- ``media``: their media types.
+- ``forms``: the framed, server-sent events and raw forms of a stream on HTTP (their media
+  types are named in :mod:`chains.wire`, and re-exported here).
 
 Frames and their order are described in ``docs/wire-protocol.md``.
 """
