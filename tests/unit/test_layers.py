@@ -17,8 +17,18 @@ ROOT = Path(__file__).parents[2]
 # the layers below it. A name stands for the module and everything under it, but "chains"
 # for the package's front door alone.
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(["chains", "chains.__main__", "chains.cli", "chains.cli_call", "chains.scaffold"], 7),
-    "chains.watch": 7,
+    **dict.fromkeys(
+        [
+            "chains",
+            "chains.__main__",
+            "chains.cli",
+            "chains.cli_call",
+            "chains.scaffold",
+            "chains.watch",
+            "chains.ui",
+        ],
+        7,
+    ),
     "chains.deploy": 6,
     "chains.targets": 5,
     "chains.progress": 5,
