@@ -68,6 +68,7 @@ LAYERS: dict[str, int] = {
             "chains.errors",
             "chains.wire",
             "chains.metrics",
+            "chains.tls",
             "chains.call_context",
             "chains.limits",
             "chains.locations",
