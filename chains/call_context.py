@@ -13,17 +13,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from chains.wire import DEADLINE_HEADER, REQUEST_ID_HEADER
+
 __all__ = [
-    "DEADLINE_HEADER",
-    "REQUEST_ID_HEADER",
     "CallContext",
     "current_call",
     "new_request_id",
     "serving_call",
 ]
-
-REQUEST_ID_HEADER = "x-chains-request-id"
-DEADLINE_HEADER = "x-chains-timeout"
 
 _MAX_REQUEST_ID = 128
 

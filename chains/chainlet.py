@@ -1,79 +1,44 @@
-"""The authoring API: ``ChainletBase``, ``depends``, ``depends_context`` and ``mark_entrypoint``."""
+"""The authoring API: ``ChainletBase``, ``ModelBase``, ``depends``, ``depends_context`` and
+``mark_entrypoint``.
+
+A class is checked when it is defined (:mod:`chains.checks`); what the checks read and make is
+the data model (:mod:`chains.model`), which this module builds on.
+"""
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar, cast, overload
 
-from chains.config import RemoteConfig
+from chains.checks import on_class_defined
 from chains.context import DeploymentContext
-from chains.errors import ChainsRuntimeError
-from chains.rpc_options import DEFAULT_RETRIES, DEFAULT_TIMEOUT_SEC, option_problems
+from chains.model import Chainlet, ContextMarker, DependencyMarker, is_abstract
+from chains.rpc_options import DEFAULT_RETRIES, DEFAULT_TIMEOUT_SEC
 
 __all__ = [
-    "DEFAULT_RETRIES",
-    "DEFAULT_TIMEOUT_SEC",
     "ChainletBase",
-    "ContextMarker",
-    "DependencyMarker",
     "ModelBase",
-    "chainlet_name",
+    "construct",
     "depends",
     "depends_context",
     "entrypoint_marker",
-    "is_abstract",
     "mark_entrypoint",
 ]
 
 
-ChainletT = TypeVar("ChainletT", bound="ChainletBase")
-
-# Who may build a chainlet right now: run_local and the server set a builder that injects
-# dependencies; with none set, constructing a chainlet by hand is refused.
-Builder = Callable[[type["ChainletBase"], tuple[Any, ...], dict[str, Any]], "ChainletBase"]
-_builder: contextvars.ContextVar[Builder | None] = contextvars.ContextVar("chains_builder", default=None)
+ChainletT = TypeVar("ChainletT", bound=Chainlet)
 
 
-@contextmanager
-def building_with(builder: Builder) -> Iterator[None]:
-    """Let chainlets be constructed inside this block, each through ``builder``."""
-    token = _builder.set(builder)
-    try:
-        yield
-    finally:
-        _builder.reset(token)
-
-
-def construct(cls: type[ChainletBase], args: tuple[Any, ...], kwargs: dict[str, Any]) -> ChainletBase:
+def construct(cls: type[Chainlet], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Chainlet:
     """Run the class's own ``__new__``/``__init__`` with the arguments a builder chose, then a
     model's ``load()``."""
-    instance: ChainletBase = type.__call__(cls, *args, **kwargs)
+    instance: Chainlet = type.__call__(cls, *args, **kwargs)
     if isinstance(instance, ModelBase):
         instance.load()
     return instance
 
 
-def is_abstract(cls: type) -> bool:
-    """Whether ``cls`` is a base the SDK offers (``ModelBase``), not a chainlet of a chain."""
-    return bool(cls.__dict__.get("_chains_abstract", False))
-
-
-class _ChainletMeta(type):
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        builder = _builder.get()
-        if builder is None:
-            raise ChainsRuntimeError(
-                f"chainlet {cls.__name__!r} cannot be constructed directly: its dependencies are "
-                f"injected by chains. In tests use `with chains.run_local(): {cls.__name__}()`; "
-                "to serve it use `chains push`."
-            )
-        return builder(cast(type[ChainletBase], cls), args, kwargs)
-
-
-class ChainletBase(metaclass=_ChainletMeta):
+class ChainletBase(Chainlet):
     """Base class of every chainlet: a Python class that runs as its own service.
 
     Subclasses define ``run_remote`` (the endpoint other chainlets call), optionally an
@@ -86,15 +51,12 @@ class ChainletBase(metaclass=_ChainletMeta):
     Each subclass is checked when it is defined (see ``chains check``).
     """
 
-    remote_config: ClassVar[RemoteConfig] = RemoteConfig()
+    _chains_abstract: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if is_abstract(cls):
-            return
-        from chains import checks  # checks imports this module
-
-        checks.on_class_defined(cls)
+        if not is_abstract(cls):
+            on_class_defined(cls)
 
 
 class ModelBase(ChainletBase):
@@ -124,34 +86,6 @@ class ModelBase(ChainletBase):
 
     def load(self) -> None:
         """Load what the model needs (weights, tokenizers); runs once, after ``__init__``."""
-
-
-def chainlet_name(cls: type[ChainletBase]) -> str:
-    """The name a chainlet is deployed under: ``remote_config.name`` or the class name."""
-    return cls.remote_config.name or cls.__name__
-
-
-@dataclass(frozen=True)
-class DependencyMarker:
-    """The default value ``chains.depends(...)`` leaves in an ``__init__`` signature."""
-
-    chainlet_cls: type[ChainletBase]
-    retries: int = DEFAULT_RETRIES
-    timeout_sec: float = DEFAULT_TIMEOUT_SEC
-    concurrency_limit: int | None = None
-    use_binary: bool = False
-    retry_user_errors: bool = False
-
-    def problems(self) -> list[str]:
-        """What is wrong with the arguments given to ``depends``, in plain words."""
-        return option_problems(
-            self.retries, self.timeout_sec, self.concurrency_limit, self.use_binary, self.retry_user_errors
-        )
-
-
-@dataclass(frozen=True)
-class ContextMarker:
-    """The default value ``chains.depends_context()`` leaves in an ``__init__`` signature."""
 
 
 def depends(
@@ -222,7 +156,7 @@ def mark_entrypoint(
     return target
 
 
-def entrypoint_marker(cls: type[ChainletBase]) -> str | None:
+def entrypoint_marker(cls: type[Chainlet]) -> str | None:
     """``None`` for a chainlet that is not marked, else the chain name it was marked with."""
     value = cls.__dict__.get(_ENTRYPOINT_ATTR)
     return value if isinstance(value, str) else None

@@ -14,21 +14,26 @@ import re
 import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-from chains.chainlet import ChainletBase, ContextMarker, DependencyMarker, chainlet_name
 from chains.config import RemoteConfig
 from chains.context import DeploymentContext
 from chains.endpoint import EndpointSpec, analyze_endpoint, type_label
 from chains.errors import ChainsUsageError, Violation
 from chains.locations import Locator
+from chains.model import (
+    Chain,
+    Chainlet,
+    ChainletSpec,
+    ContextMarker,
+    DependencyMarker,
+    DependencySpec,
+    chainlet_name,
+    is_abstract,
+)
 
 __all__ = [
     "NAME_RE",
-    "Chain",
-    "ChainletSpec",
-    "DependencySpec",
     "build_chain",
     "chainlet_spec",
     "check_chainlet",
@@ -47,50 +52,6 @@ _collector: contextvars.ContextVar[list[Violation] | None] = contextvars.Context
 )
 
 
-@dataclass(frozen=True)
-class DependencySpec:
-    """One ``__init__`` parameter filled with a stub for another chainlet."""
-
-    param: str
-    chainlet_cls: type[ChainletBase]
-    marker: DependencyMarker
-
-    @property
-    def name(self) -> str:
-        return chainlet_name(self.chainlet_cls)
-
-
-@dataclass(frozen=True)
-class ChainletSpec:
-    """A chainlet class that passed every check, with what its server and callers need."""
-
-    cls: type[ChainletBase]
-    name: str
-    endpoint: EndpointSpec
-    dependencies: tuple[DependencySpec, ...]
-    context_param: str | None
-    has_is_healthy: bool
-
-    @property
-    def remote_config(self) -> RemoteConfig:
-        return self.cls.remote_config
-
-
-@dataclass(frozen=True)
-class Chain:
-    """The chainlets reachable from an entrypoint, dependencies before their callers."""
-
-    name: str
-    entrypoint: ChainletSpec
-    chainlets: tuple[ChainletSpec, ...]
-
-    def get(self, name: str) -> ChainletSpec:
-        for spec in self.chainlets:
-            if spec.name == name:
-                return spec
-        raise KeyError(name)
-
-
 @contextmanager
 def collecting_violations() -> Iterator[list[Violation]]:
     """Collect definition-time violations instead of raising them (used by the loader)."""
@@ -102,7 +63,7 @@ def collecting_violations() -> Iterator[list[Violation]]:
         _collector.reset(token)
 
 
-def on_class_defined(cls: type[ChainletBase]) -> None:
+def on_class_defined(cls: type[Chainlet]) -> None:
     """Run the checks that can run now; called by ``ChainletBase.__init_subclass__``."""
     violations, deferred, _ = _check_class(cls, final=False)
     setattr(cls, _DEFINITION_ATTR, (tuple(violations), deferred))
@@ -113,7 +74,7 @@ def on_class_defined(cls: type[ChainletBase]) -> None:
         raise ChainsUsageError(violations=violations)
 
 
-def check_chainlet(cls: type[ChainletBase]) -> tuple[ChainletSpec | None, list[Violation]]:
+def check_chainlet(cls: type[Chainlet]) -> tuple[ChainletSpec | None, list[Violation]]:
     """All checks of one chainlet class, with every hint resolved."""
     cached = cls.__dict__.get(_SPEC_ATTR)
     if isinstance(cached, ChainletSpec):
@@ -127,7 +88,7 @@ def check_chainlet(cls: type[ChainletBase]) -> tuple[ChainletSpec | None, list[V
     return spec, violations
 
 
-def chainlet_spec(cls: type[ChainletBase]) -> ChainletSpec:
+def chainlet_spec(cls: type[Chainlet]) -> ChainletSpec:
     """The checked spec of ``cls``; raises :class:`ChainsUsageError` listing what is wrong."""
     spec, violations = check_chainlet(cls)
     if spec is None:
@@ -135,9 +96,7 @@ def chainlet_spec(cls: type[ChainletBase]) -> ChainletSpec:
     return spec
 
 
-def _check_class(
-    cls: type[ChainletBase], *, final: bool
-) -> tuple[list[Violation], bool, EndpointSpec | None]:
+def _check_class(cls: type[Chainlet], *, final: bool) -> tuple[list[Violation], bool, EndpointSpec | None]:
     locator = Locator(cls)
     violations: list[Violation] = []
     config = cls.__dict__.get("remote_config", cls.remote_config)
@@ -163,7 +122,7 @@ def _check_class(
     return violations, endpoint.deferred or init_deferred, endpoint.spec
 
 
-def _check_class_final(cls: type[ChainletBase]) -> tuple[ChainletSpec | None, list[Violation]]:
+def _check_class_final(cls: type[Chainlet]) -> tuple[ChainletSpec | None, list[Violation]]:
     violations, _, endpoint = _check_class(cls, final=True)
     if violations or endpoint is None:
         return None, violations
@@ -180,9 +139,9 @@ def _check_class_final(cls: type[ChainletBase]) -> tuple[ChainletSpec | None, li
 
 
 def _find(name: str, cls: type) -> tuple[type, Any] | None:
-    """The class in the MRO (below ChainletBase) that defines ``name``, and the attribute."""
+    """The class in the MRO (below the SDK's bases) that defines ``name``, and the attribute."""
     for klass in cls.__mro__:
-        if klass is ChainletBase or klass is object:
+        if is_abstract(klass) or klass is object:
             return None
         if name in klass.__dict__:
             return klass, klass.__dict__[name]
@@ -242,7 +201,7 @@ def _check_init(cls: type, locator: Locator, *, final: bool) -> tuple[list[Viola
             )
             continue
         target = default.chainlet_cls
-        if not (isinstance(target, type) and issubclass(target, ChainletBase)) or target is ChainletBase:
+        if not (isinstance(target, type) and issubclass(target, Chainlet)) or is_abstract(target):
             at(p.name, f"chains.depends() takes a chainlet class (a ChainletBase subclass), got {target!r}")
             continue
         for problem in default.problems():
@@ -314,14 +273,14 @@ def _check_is_healthy(cls: type, locator: Locator) -> list[Violation]:
     return []
 
 
-def build_chain(entrypoint: type[ChainletBase], name: str | None = None) -> Chain:
+def build_chain(entrypoint: type[Chainlet], name: str | None = None) -> Chain:
     """Check every chainlet reachable from ``entrypoint`` and the graph they form."""
     violations: list[Violation] = []
     specs: dict[type, ChainletSpec] = {}
     order: list[ChainletSpec] = []
     state: dict[type, str] = {}  # "visiting" while on the DFS path, "done" after
 
-    def visit(cls: type[ChainletBase], path: list[type[ChainletBase]]) -> None:
+    def visit(cls: type[Chainlet], path: list[type[Chainlet]]) -> None:
         if state.get(cls) == "done":
             return
         if state.get(cls) == "visiting":
@@ -372,5 +331,5 @@ def _markers_of(cls: type) -> list[DependencySpec]:
         for p in found[1]
         if isinstance(p.default, DependencyMarker)
         and isinstance(p.default.chainlet_cls, type)
-        and issubclass(p.default.chainlet_cls, ChainletBase)
+        and issubclass(p.default.chainlet_cls, Chainlet)
     ]

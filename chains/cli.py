@@ -14,9 +14,9 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from chains import terminal
-from chains.checks import Chain
 from chains.errors import ChainsError, ChainsUsageError
 from chains.loader import load_chain
+from chains.model import Chain
 from chains.targets import TARGETS
 
 __all__ = ["main"]
@@ -562,10 +562,11 @@ def _batching(url: str) -> str | None:
     """The queue and mean batch size of a batched chainlet, read from its /metrics."""
     import httpx
 
-    from chains.server.metrics import batching_summary
+    from chains.metrics import batching_summary
+    from chains.wire import METRICS
 
     try:
-        response = httpx.get(url.rstrip("/") + "/metrics", timeout=0.5)
+        response = httpx.get(url.rstrip("/") + METRICS, timeout=0.5)
     except httpx.HTTPError:
         return None
     return batching_summary(response.text) if response.status_code == 200 else None

@@ -18,6 +18,7 @@ import httpx
 from chains.errors import ErrorDetail, RemoteError, StreamInterrupted
 from chains.streaming import BYTES, SSE_EVENTS, TEXT, OutputKind, StreamKind
 from chains.streaming.sse import SSE
+from chains.wire import JSON_MEDIA_TYPE, RUN_REMOTE, SSE_MEDIA_TYPE
 
 __all__ = ["CallFailed", "call_entrypoint", "converse_with_entrypoint"]
 
@@ -35,16 +36,14 @@ async def call_entrypoint(
     timeout: float | None = None,
 ) -> None:
     """POST ``arguments`` to ``url``/run_remote and write the answer to ``out``."""
-    headers = {"content-type": "application/json"}
+    headers = {"content-type": JSON_MEDIA_TYPE}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
     if kind.is_stream:
-        headers["accept"] = "text/event-stream"
+        headers["accept"] = SSE_MEDIA_TYPE
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10)) as client:
         try:
-            async with client.stream(
-                "POST", url + "/run_remote", json=arguments, headers=headers
-            ) as response:
+            async with client.stream("POST", url + RUN_REMOTE, json=arguments, headers=headers) as response:
                 if response.status_code != 200:
                     raise CallFailed(_describe_failure(response.status_code, await response.aread()))
                 if not isinstance(kind, StreamKind):
@@ -141,7 +140,7 @@ async def converse_with_entrypoint(
     from websockets.exceptions import ConnectionClosed, InvalidStatus
 
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    ws_url = "ws" + url.removeprefix("http") + "/run_remote"
+    ws_url = "ws" + url.removeprefix("http") + RUN_REMOTE
     loop = asyncio.get_running_loop()
     typed: asyncio.Queue[str | None] = asyncio.Queue()
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Awaitable, Iterator, Mapping
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Generic, TypeVar, overload
 
@@ -45,7 +46,6 @@ from chains.errors import (
 )
 from chains.streaming.frame_reader import FrameReader
 from chains.streaming.kinds import STRUCTURED
-from chains.streaming.media import FRAMED_MEDIA_TYPE
 from chains.streaming.reader import (
     FooterStreamReader,
     HeaderFooterStreamReader,
@@ -55,7 +55,7 @@ from chains.streaming.reader import (
 )
 from chains.streaming.shape import StreamShape
 from chains.streaming.types import StreamTypes
-from chains.wire import wire_adapter
+from chains.wire import FRAMED_MEDIA_TYPE, JSON_MEDIA_TYPE, RUN_REMOTE, wire_adapter
 
 __all__ = ["AsyncClient", "Client", "Stream", "StructuredStream"]
 
@@ -63,13 +63,12 @@ T = TypeVar("T")
 ItemT = TypeVar("ItemT")
 HeaderT = TypeVar("HeaderT")
 FooterT = TypeVar("FooterT")
-
-_PATH = "/run_remote"
-_JSON = "application/json"
+_HttpT = TypeVar("_HttpT", httpx.Client, httpx.AsyncClient)
 
 
-class _BaseClient:
-    """What :class:`Client` and :class:`AsyncClient` share: the request and what an answer means."""
+class _BaseClient(Generic[_HttpT]):
+    """What :class:`Client` and :class:`AsyncClient` share: building the request, and what an
+    answer, a failure to get one, and a stream's start mean. The two only send and read."""
 
     def __init__(
         self,
@@ -83,20 +82,35 @@ class _BaseClient:
             raise ValueError(f"a chain's URL starts with http:// or https://, got {url!r}")
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self._headers = {"content-type": _JSON, **(headers or {})}
+        self._headers = {"content-type": JSON_MEDIA_TYPE, **(headers or {})}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
+        self._http: _HttpT = self._open(httpx.Timeout(timeout, connect=min(timeout or 10.0, 10.0)))
 
-    def _request(self, accept: str, arguments: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+    def _open(self, timeout: httpx.Timeout) -> _HttpT:
+        raise NotImplementedError
+
+    def _request(self, accept: str, arguments: dict[str, Any]) -> httpx.Request:
         # The wire's JSON: bytes as base64, models by alias (what the server validates against).
         body = pydantic_core.to_json(arguments, by_alias=True, bytes_mode="base64")
-        return body, {**self._headers, "accept": accept}
+        headers = {**self._headers, "accept": accept}
+        return self._http.build_request("POST", self.url + RUN_REMOTE, content=body, headers=headers)
+
+    @contextmanager
+    def _sending(self) -> Iterator[None]:
+        """Raise a failure to reach the entrypoint as the chain's own error for it."""
+        try:
+            yield
+        except httpx.TimeoutException as exc:
+            raise self._late() from exc
+        except httpx.TransportError as exc:
+            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
 
     def _result(self, output_type: Any, response: httpx.Response) -> Any:
         if response.status_code != 200:
             raise _failure(self.url, response.status_code, response.content, response.headers)
         kind = response.headers.get("content-type", "")
-        if not kind.startswith(_JSON):
+        if not kind.startswith(JSON_MEDIA_TYPE):
             raise ChainsRuntimeError(
                 f"{self.url} answered {kind or 'no content type'}, not a JSON result: the entrypoint "
                 "streams; read it with .stream(...)"
@@ -123,9 +137,6 @@ class _BaseClient:
 
     def _late(self) -> DeadlineExceeded:
         return DeadlineExceeded(f"{self.url} did not answer within {self.timeout}s")
-
-    def _timeout(self) -> httpx.Timeout:
-        return httpx.Timeout(self.timeout, connect=min(self.timeout or 10.0, 10.0))
 
 
 def _shape(of: Any) -> StreamShape:
@@ -278,7 +289,7 @@ class StructuredStream(Stream[ItemT], Generic[ItemT, HeaderT, FooterT]):
         return footer
 
 
-class Client(_BaseClient):
+class Client(_BaseClient[httpx.Client]):
     """A blocking client of one chain's entrypoint (the URL ``chains push`` printed).
 
     ``api_key`` is sent as ``Authorization: Bearer``; ``timeout`` (seconds, None for none)
@@ -288,16 +299,8 @@ class Client(_BaseClient):
             print(client.call(list[str], names=["Ada"]))
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        api_key: str | None = None,
-        timeout: float | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(url, api_key=api_key, timeout=timeout, headers=headers)
-        self._http = httpx.Client(timeout=self._timeout())
+    def _open(self, timeout: httpx.Timeout) -> httpx.Client:
+        return httpx.Client(timeout=timeout)
 
     @overload
     def call(self, output_type: type[T], /, **arguments: Any) -> T: ...
@@ -306,13 +309,8 @@ class Client(_BaseClient):
     def call(self, output_type: Any = None, /, **arguments: Any) -> Any:
         """Call a unary entrypoint with ``arguments``; its result validated as ``output_type``
         (a model, ``list[str]``, ...), or the plain JSON value when it is None."""
-        body, headers = self._request(_JSON, arguments)
-        try:
-            response = self._http.post(self.url + _PATH, content=body, headers=headers)
-        except httpx.TimeoutException as exc:
-            raise self._late() from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        with self._sending():
+            response = self._http.send(self._request(JSON_MEDIA_TYPE, arguments))
         return self._result(output_type, response)
 
     @overload
@@ -328,14 +326,8 @@ class Client(_BaseClient):
         The request is sent at once: a refusal or an error before the stream starts is raised
         here, and anything after it while reading.
         """
-        body, headers = self._request(FRAMED_MEDIA_TYPE, arguments)
-        request = self._http.build_request("POST", self.url + _PATH, content=body, headers=headers)
-        try:
-            response = self._http.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise self._late() from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        with self._sending():
+            response = self._http.send(self._request(FRAMED_MEDIA_TYPE, arguments), stream=True)
         try:
             self._check_stream(response, response.read() if response.status_code != 200 else b"")
         except BaseException:
@@ -357,7 +349,7 @@ class Client(_BaseClient):
         self.close()
 
 
-class AsyncClient(_BaseClient):
+class AsyncClient(_BaseClient[httpx.AsyncClient]):
     """The asyncio client of one chain's entrypoint; see :class:`Client`::
 
     async with AsyncClient(url) as client:
@@ -367,16 +359,8 @@ class AsyncClient(_BaseClient):
         started = await reader.read_header()
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        api_key: str | None = None,
-        timeout: float | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(url, api_key=api_key, timeout=timeout, headers=headers)
-        self._http = httpx.AsyncClient(timeout=self._timeout())
+    def _open(self, timeout: httpx.Timeout) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=timeout)
 
     @overload
     async def call(self, output_type: type[T], /, **arguments: Any) -> T: ...
@@ -384,13 +368,8 @@ class AsyncClient(_BaseClient):
     async def call(self, output_type: Any = None, /, **arguments: Any) -> Any: ...
     async def call(self, output_type: Any = None, /, **arguments: Any) -> Any:
         """Call a unary entrypoint; see :meth:`Client.call`."""
-        body, headers = self._request(_JSON, arguments)
-        try:
-            response = await self._http.post(self.url + _PATH, content=body, headers=headers)
-        except httpx.TimeoutException as exc:
-            raise self._late() from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        with self._sending():
+            response = await self._http.send(self._request(JSON_MEDIA_TYPE, arguments))
         return self._result(output_type, response)
 
     @overload
@@ -415,14 +394,8 @@ class AsyncClient(_BaseClient):
         """Call a streaming entrypoint; see :meth:`Client.stream`. For ``StreamTypes`` it is
         the reader ``chains.stream_reader`` makes (``read_header``, ``read_items``,
         ``read_footer``), for anything else an async generator of the items."""
-        body, headers = self._request(FRAMED_MEDIA_TYPE, arguments)
-        request = self._http.build_request("POST", self.url + _PATH, content=body, headers=headers)
-        try:
-            response = await self._http.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise self._late() from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        with self._sending():
+            response = await self._http.send(self._request(FRAMED_MEDIA_TYPE, arguments), stream=True)
         try:
             self._check_stream(response, await response.aread() if response.status_code != 200 else b"")
         except BaseException:
@@ -448,7 +421,7 @@ class AsyncClient(_BaseClient):
 class _Body:
     """The chunks of a streamed response; a timeout while waiting for one is the deadline's."""
 
-    def __init__(self, response: httpx.Response, client: _BaseClient) -> None:
+    def __init__(self, response: httpx.Response, client: _BaseClient[Any]) -> None:
         self._response = response
         self._chunks = response.iter_bytes()
         self._client = client
@@ -469,7 +442,7 @@ class _Body:
 class _AsyncBody:
     """:class:`_Body` for :class:`AsyncClient`; ``aclose`` (the reader's) releases the connection."""
 
-    def __init__(self, response: httpx.Response, client: _BaseClient) -> None:
+    def __init__(self, response: httpx.Response, client: _BaseClient[Any]) -> None:
         self._response = response
         self._chunks = response.aiter_bytes()
         self._client = client

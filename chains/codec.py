@@ -19,7 +19,7 @@ import pydantic_core
 
 from chains.endpoint import EndpointSpec, field_name
 from chains.errors import ErrorDetail, RemoteError
-from chains.wire import BINARY_CONTEXT
+from chains.wire import BINARY_CONTEXT, BINARY_MEDIA_TYPE
 
 __all__ = [
     "BINARY_MEDIA_TYPE",
@@ -74,9 +74,6 @@ def bind_arguments(spec: EndpointSpec, args: tuple[Any, ...], kwargs: dict[str, 
     arguments = dict(bound.arguments)
     arguments.pop(next(iter(spec.signature.parameters)), None)  # the `self` placeholder
     return arguments
-
-
-BINARY_MEDIA_TYPE = "application/x-msgpack"
 
 
 def _pack(value: Any) -> bytes:

@@ -11,7 +11,7 @@ from chains.errors import ChainsUsageError
 from chains.rpc_options import StubOptions
 
 if TYPE_CHECKING:
-    from chains.server.metrics import Metrics
+    from chains.metrics import Metrics
 
 __all__ = [
     "BASETEN_API_KEY_SECRET",

@@ -15,10 +15,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from chains.chainlet import ChainletBase
-from chains.checks import Chain
 from chains.endpoint import EndpointSpec
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.loader import load_chain
+from chains.model import Chain
 from chains.origins import check_origin
 from chains.server.settings import check_api_key
 from chains.stubs import StubBase, StubOptions

@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 from xml.sax.saxutils import escape, quoteattr
 
-from chains.checks import Chain
+from chains.model import Chain
 
 __all__ = ["ChainGraph", "Edge", "GraphFormat", "Node", "render", "to_dot", "to_json", "to_mermaid", "to_svg"]
 

@@ -10,10 +10,11 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from chains.chainlet import ChainletBase, ModelBase, entrypoint_marker, is_abstract
-from chains.checks import NAME_RE, Chain, build_chain, check_chainlet, collecting_violations
+from chains.chainlet import ChainletBase, ModelBase, entrypoint_marker
+from chains.checks import NAME_RE, build_chain, check_chainlet, collecting_violations
 from chains.errors import ChainsUsageError, Violation
 from chains.locations import Locator
+from chains.model import Chain, is_abstract
 from chains.package_dirs import declared_package_dirs, join_import_path, package_dirs
 
 __all__ = ["chainlets_in", "find_entrypoint", "import_chain_file", "load_chain"]

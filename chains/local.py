@@ -17,11 +17,12 @@ import pydantic
 import pydantic_core
 
 from chains import codec
-from chains.chainlet import ChainletBase, DependencyMarker, building_with, construct
-from chains.checks import ChainletSpec, build_chain
+from chains.chainlet import construct
+from chains.checks import build_chain
 from chains.context import DeployedServiceDescriptor, DeploymentContext, Secrets
 from chains.errors import ChainsUsageError, DeadlineExceeded, ErrorDetail, RemoteError
 from chains.limits import CallLimit
+from chains.model import Chainlet, ChainletSpec, DependencyMarker, building_with
 from chains.streaming import decode_framed, encode_framed, shape_of
 from chains.websocket.protocol import WebSocketProtocol
 
@@ -74,9 +75,9 @@ class _LocalRunner:
         self._data_dir = data_dir
         self._serialize = serialize
         # One instance per dependency class, as a deployment has one service per chainlet.
-        self._instances: dict[type[ChainletBase], ChainletBase] = {}
+        self._instances: dict[type[Chainlet], Chainlet] = {}
 
-    def build(self, cls: type[ChainletBase], args: tuple[Any, ...], kwargs: dict[str, Any]) -> ChainletBase:
+    def build(self, cls: type[Chainlet], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Chainlet:
         chain = build_chain(cls)
         specs = {spec.cls: spec for spec in chain.chainlets}
         instance = self._build(specs[cls], specs, args, kwargs)
@@ -90,7 +91,7 @@ class _LocalRunner:
         specs: dict[type, ChainletSpec],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> ChainletBase:
+    ) -> Chainlet:
         init = inspect.signature(spec.cls.__init__)
         try:
             given = init.bind_partial(None, *args, **kwargs).arguments
@@ -107,7 +108,7 @@ class _LocalRunner:
             given[spec.context_param] = self._context(spec)
         return construct(spec.cls, (), given)
 
-    def _instance(self, spec: ChainletSpec, specs: dict[type, ChainletSpec]) -> ChainletBase:
+    def _instance(self, spec: ChainletSpec, specs: dict[type, ChainletSpec]) -> Chainlet:
         if spec.cls not in self._instances:
             self._instances[spec.cls] = self._build(spec, specs, (), {})
         return self._instances[spec.cls]
@@ -134,7 +135,7 @@ class LocalStub:
     """
 
     def __init__(
-        self, spec: ChainletSpec, instance: ChainletBase, marker: DependencyMarker, serialize: bool
+        self, spec: ChainletSpec, instance: Chainlet, marker: DependencyMarker, serialize: bool
     ) -> None:
         self._spec = spec
         self._endpoint = spec.endpoint
@@ -241,7 +242,7 @@ class LocalStub:
 
 @asynccontextmanager
 async def _local_socket(
-    instance: ChainletBase, name: str, serialize: bool, limit: CallLimit
+    instance: Chainlet, name: str, serialize: bool, limit: CallLimit
 ) -> AsyncIterator[WebSocketProtocol]:
     from chains.websocket.local import connect
 
@@ -259,7 +260,7 @@ async def _wrap_errors(
         raise convert(exc) from None
 
 
-def _complete_structured_stream(instance: ChainletBase, spec: ChainletSpec) -> None:
+def _complete_structured_stream(instance: Chainlet, spec: ChainletSpec) -> None:
     """Make the ``run_remote`` of a chainlet built by the test itself yield a whole stream.
 
     A structured stream's generator yields the writer's frames; the server appends the end

@@ -12,14 +12,18 @@ options without loading the HTTP clients.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from chains.errors import ChainsUsageError
 
-if TYPE_CHECKING:
-    from chains.chainlet import DependencyMarker
-
-__all__ = ["DEFAULT_RETRIES", "DEFAULT_TIMEOUT_SEC", "RPCOptions", "StubOptions", "option_problems"]
+__all__ = [
+    "DEFAULT_RETRIES",
+    "DEFAULT_TIMEOUT_SEC",
+    "CallOptions",
+    "RPCOptions",
+    "StubOptions",
+    "option_problems",
+]
 
 DEFAULT_RETRIES = 2
 DEFAULT_TIMEOUT_SEC = 600.0
@@ -46,6 +50,22 @@ def option_problems(
     if not isinstance(retry_user_errors, bool):
         found.append(f"retry_user_errors must be True or False, got {retry_user_errors!r}")
     return found
+
+
+class CallOptions(Protocol):
+    """What ``chains.depends(...)`` records (``chains.model.DependencyMarker``): the options'
+    fields, read by :meth:`StubOptions.from_marker` without importing the data model."""
+
+    @property
+    def retries(self) -> int: ...
+    @property
+    def timeout_sec(self) -> float: ...
+    @property
+    def concurrency_limit(self) -> int | None: ...
+    @property
+    def use_binary(self) -> bool: ...
+    @property
+    def retry_user_errors(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -75,7 +95,7 @@ class StubOptions:
             raise ChainsUsageError(f"{type(self).__name__}: {'; '.join(problems)}")
 
     @classmethod
-    def from_marker(cls, marker: DependencyMarker, *, retry_user_errors: bool = False) -> StubOptions:
+    def from_marker(cls, marker: CallOptions, *, retry_user_errors: bool = False) -> StubOptions:
         return cls(
             marker.retries,
             marker.timeout_sec,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from chains.checks import Chain
 from chains.config import BasetenImage, CustomImage, RemoteConfig
+from chains.model import Chain
 
 __all__ = ["IMAGE_TARGETS", "SETTINGS", "Setting", "ignored_settings"]
 

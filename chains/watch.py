@@ -24,8 +24,8 @@ from pathlib import Path
 
 import click
 
-from chains.checks import Chain
 from chains.deploy import find_state, stop_chain
+from chains.model import Chain
 from chains.package_dirs import package_dirs
 from chains.targets.local import control
 from chains.targets.state import chain_dir

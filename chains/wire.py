@@ -1,4 +1,12 @@
-"""The JSON settings every value on the wire is encoded with: arguments, results, stream parts."""
+"""The wire protocol's shared names: a chainlet server's routes, the headers and media types
+a call carries, the frame limit, and the JSON settings every value is encoded with.
+
+Servers, stubs, the light client and the streaming forms all take these from here, so that
+each is spelled once and none of them imports another to learn it (``docs/wire-protocol.md``
+describes the protocol)::
+
+    response = httpx.post(url + RUN_REMOTE, json=arguments, headers={"accept": FRAMED_MEDIA_TYPE})
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,52 @@ from typing import Any, Final
 
 import pydantic
 
-__all__ = ["BINARY_CONTEXT", "WIRE_CONFIG", "wire_adapter"]
+__all__ = [
+    "BINARY_CONTEXT",
+    "BINARY_MEDIA_TYPE",
+    "BYTES_MEDIA_TYPE",
+    "DEADLINE_HEADER",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "FRAMED_MEDIA_TYPE",
+    "HEALTHZ",
+    "JSON_MEDIA_TYPE",
+    "METRICS",
+    "NDJSON_MEDIA_TYPE",
+    "READYZ",
+    "REQUEST_ID_HEADER",
+    "RUN_REMOTE",
+    "SSE_MEDIA_TYPE",
+    "STREAM_KIND_HEADER",
+    "TEXT_MEDIA_TYPE",
+    "WIRE_CONFIG",
+    "wire_adapter",
+]
+
+# The routes of a chainlet server.
+RUN_REMOTE: Final = "/run_remote"
+HEALTHZ: Final = "/healthz"
+READYZ: Final = "/readyz"
+METRICS: Final = "/metrics"
+
+# The headers of a call: its request id and the time it has left, carried to every hop (see
+# chains/call_context.py), and the kind of stream an endpoint answers with.
+REQUEST_ID_HEADER: Final = "x-chains-request-id"
+DEADLINE_HEADER: Final = "x-chains-timeout"
+STREAM_KIND_HEADER: Final = "x-chains-stream"
+
+# Unary arguments and results: JSON, or MessagePack for stubs with use_binary.
+JSON_MEDIA_TYPE: Final = "application/json"
+BINARY_MEDIA_TYPE: Final = "application/x-msgpack"
+
+# The forms of a stream: framed (what stubs and the client read), server-sent events, and raw.
+FRAMED_MEDIA_TYPE: Final = "application/x-chains-stream"
+SSE_MEDIA_TYPE: Final = "text/event-stream"
+TEXT_MEDIA_TYPE: Final = "text/plain; charset=utf-8"
+BYTES_MEDIA_TYPE: Final = "application/octet-stream"
+NDJSON_MEDIA_TYPE: Final = "application/x-ndjson"
+
+# The largest frame a reader accepts unless told otherwise (CHAINS_MAX_FRAME_BYTES on a server).
+DEFAULT_MAX_FRAME_BYTES: Final = 64 * 2**20
 
 # JSON has no bytes: base64 keeps any byte value intact where UTF-8 would refuse some.
 WIRE_CONFIG: Final = pydantic.ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")

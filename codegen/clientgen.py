@@ -20,8 +20,8 @@ from typing import Any
 
 import jinja2
 
-from chains.checks import Chain
 from chains.errors import ChainsUsageError
+from chains.model import Chain
 from chains.streaming import STRUCTURED, UNARY, WEBSOCKET
 from codegen.annotations import signature_source
 from codegen.imports import Imports, natural_key

@@ -10,7 +10,7 @@ import dataclasses
 import json
 from typing import Any
 
-from chains.checks import Chain, ChainletSpec
+from chains.model import Chain, ChainletSpec
 from chains.streaming import shape_of
 from codegen.layout import GENERATOR_VERSION
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import jinja2
 
-from chains.checks import Chain, ChainletSpec
 from chains.errors import ChainsUsageError
+from chains.model import Chain, ChainletSpec
 from chains.package_dirs import package_dirs
 from codegen.descriptor import DESCRIPTOR, chainlet_descriptor, descriptor_text, read_descriptor
 from codegen.ignore import check_source_size, max_source_bytes, source_files

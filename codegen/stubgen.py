@@ -26,8 +26,8 @@ from typing import Any
 
 import jinja2
 
-from chains.checks import ChainletSpec
 from chains.errors import ChainsUsageError
+from chains.model import ChainletSpec
 from codegen.annotations import ImportName, signature_source
 from codegen.imports import Imports
 from codegen.pysource import bracketed

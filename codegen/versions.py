@@ -24,7 +24,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from chains.checks import Chain, ChainletSpec
+from chains.model import Chain, ChainletSpec
 
 __all__ = ["code_version", "file_digest"]
 

@@ -32,8 +32,9 @@ import pydantic_core
 from chains import codec, tracing
 from chains.call_context import CallContext, serving_call
 from chains.chainlet import ChainletBase
-from chains.checks import ChainletSpec
 from chains.errors import DeadlineExceeded
+from chains.metrics import Metrics
+from chains.model import ChainletSpec
 from chains.server import openapi
 from chains.server.asgi import (
     BodyTooLarge,
@@ -52,7 +53,6 @@ from chains.server.credentials import Credentials
 from chains.server.deadline import END, loop_time, passed, until_deadline
 from chains.server.disconnect import DisconnectWatch
 from chains.server.error_response import send_error
-from chains.server.metrics import Metrics
 from chains.server.negotiation import negotiate
 from chains.server.refusal import RETRY_SOON, Refusal
 from chains.server.request import Request, StreamCount

@@ -6,6 +6,8 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from chains.wire import JSON_MEDIA_TYPE
+
 __all__ = [
     "BodyTooLarge",
     "Message",
@@ -17,6 +19,8 @@ __all__ = [
     "send_bytes",
     "send_json",
 ]
+
+_JSON = JSON_MEDIA_TYPE.encode()
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -83,4 +87,4 @@ async def send_bytes(
 
 async def send_json(send: Send, status: int, content: Any, headers: Headers = ()) -> None:
     body = json.dumps(content, separators=(",", ":")).encode()
-    await send_bytes(send, status, body, b"application/json", headers)
+    await send_bytes(send, status, body, _JSON, headers)

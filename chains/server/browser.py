@@ -16,14 +16,15 @@ import time
 from importlib import resources
 from urllib.parse import parse_qsl
 
-from chains.call_context import REQUEST_ID_HEADER, CallContext
-from chains.checks import ChainletSpec
+from chains.call_context import CallContext
+from chains.metrics import Metrics
+from chains.model import ChainletSpec
 from chains.server import event_source
 from chains.server.asgi import Message, Receive, Scope, Send, header_map, send_bytes, send_json
 from chains.server.cors import CorsPolicy, request_origin, same_origin
-from chains.server.metrics import Metrics
 from chains.server.tickets import TICKET_PARAM, TicketSigner
-from chains.streaming import SSE_MEDIA_TYPE, shape_of
+from chains.streaming import shape_of
+from chains.wire import JSON_MEDIA_TYPE, REQUEST_ID_HEADER, RUN_REMOTE, SSE_MEDIA_TYPE, STREAM_KIND_HEADER
 
 __all__ = ["BrowserRoutes"]
 
@@ -63,12 +64,12 @@ class BrowserRoutes:
                 await self._cors.preflight(scope, send)
                 return None
             send = self._cors.wrap(scope, send)
-            if path == "/run_remote" and self._kind is not None:
-                send = _with_header(send, b"x-chains-stream", self._kind)
+            if path == RUN_REMOTE and self._kind is not None:
+                send = _with_header(send, STREAM_KIND_HEADER.encode(), self._kind)
         if path == "/stream_ticket":
             await self._ticket(scope, method, send)
             return None
-        if path == "/run_remote" and method == "GET" and self._kind is not None:
+        if path == RUN_REMOTE and method == "GET" and self._kind is not None:
             if origin is not None and not self._cors.allows(origin) and not same_origin(scope, origin):
                 await send_json(send, 403, {"detail": _refused(origin)})
                 return None
@@ -144,7 +145,7 @@ class BrowserRoutes:
         ]
         rewritten += [
             (b"accept", SSE_MEDIA_TYPE.encode()),
-            (b"content-type", b"application/json"),
+            (b"content-type", JSON_MEDIA_TYPE.encode()),
             (b"content-length", str(len(payload)).encode()),
             (REQUEST_ID_HEADER.encode(), call.request_id.encode()),
         ]

@@ -12,7 +12,7 @@ import asyncio
 
 from chains.batcher import BatchConfig, Batcher
 from chains.batching import install_batcher
-from chains.server.metrics import Metrics
+from chains.metrics import Metrics
 from chains.server.refusal import RETRY_SOON, Refusal
 
 __all__ = ["Capacity"]

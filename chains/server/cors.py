@@ -18,10 +18,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from chains.call_context import DEADLINE_HEADER, REQUEST_ID_HEADER
 from chains.errors import ChainsUsageError
 from chains.origins import ANY_ORIGIN, check_origin
 from chains.server.asgi import Message, Scope, Send, send_json
+from chains.wire import DEADLINE_HEADER, REQUEST_ID_HEADER, STREAM_KIND_HEADER
 
 __all__ = ["ALLOWED_HEADERS", "EXPOSED_HEADERS", "CorsPolicy", "request_origin", "same_origin"]
 
@@ -35,7 +35,7 @@ ALLOWED_HEADERS = (
     REQUEST_ID_HEADER,
     DEADLINE_HEADER,
 )
-EXPOSED_HEADERS = (REQUEST_ID_HEADER, "retry-after", "x-chains-stream")
+EXPOSED_HEADERS = (REQUEST_ID_HEADER, "retry-after", STREAM_KIND_HEADER)
 # How long a browser may keep a preflight's answer before asking again.
 _MAX_AGE_SEC = 600
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.server.app import ChainletApp
+from chains.wire import READYZ, RUN_REMOTE
 
 __all__ = ["EmbeddedChainlet", "EmbeddedResponse"]
 
@@ -133,7 +134,7 @@ class EmbeddedChainlet:
         return cls(app, token=token, trust_callers=trust_callers)
 
     async def ready(self) -> bool:
-        response = await self.call("GET", "/readyz", [], b"")
+        response = await self.call("GET", READYZ, [], b"")
         await response.body()
         return response.status == 200
 
@@ -218,8 +219,8 @@ class EmbeddedChainlet:
         scope = {
             "type": "websocket",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "path": "/run_remote",
-            "raw_path": b"/run_remote",
+            "path": RUN_REMOTE,
+            "raw_path": RUN_REMOTE.encode(),
             "query_string": b"",
             "root_path": "",
             "headers": headers,

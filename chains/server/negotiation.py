@@ -6,8 +6,8 @@ from typing import NamedTuple
 
 from chains.streaming.forms import encode_framed, encode_raw, encode_sse, raw_media_type
 from chains.streaming.forms.producer import StreamEncoder
-from chains.streaming.media import FRAMED_MEDIA_TYPE, SSE_MEDIA_TYPE
 from chains.streaming.shape import StreamShape
+from chains.wire import FRAMED_MEDIA_TYPE, SSE_MEDIA_TYPE
 
 __all__ = ["Negotiated", "negotiate"]
 

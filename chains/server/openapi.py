@@ -6,9 +6,10 @@ import html
 import json
 from typing import Any
 
-from chains.checks import ChainletSpec
 from chains.endpoint import EndpointSpec
+from chains.model import ChainletSpec
 from chains.streaming import StreamKind
+from chains.wire import FRAMED_MEDIA_TYPE, HEALTHZ, JSON_MEDIA_TYPE, READYZ, RUN_REMOTE, SSE_MEDIA_TYPE
 
 __all__ = ["docs_page", "document", "example_arguments"]
 
@@ -38,8 +39,8 @@ def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
     kind = endpoint.output_kind
     if isinstance(kind, StreamKind):
         content = {
-            "application/x-chains-stream": {"schema": {"type": "string", "format": "binary"}},
-            "text/event-stream": {"schema": {"type": "string"}},
+            FRAMED_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
+            SSE_MEDIA_TYPE: {"schema": {"type": "string"}},
             kind.raw_media_type: {"schema": _stream_item_schema(endpoint, components)},
         }
         responses["200"] = {
@@ -50,13 +51,13 @@ def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
         output = _hoist(
             endpoint.output_adapter.json_schema(mode="serialization", ref_template=_REF), components
         )
-        responses["200"] = {"description": "the result", "content": {"application/json": {"schema": output}}}
+        responses["200"] = {"description": "the result", "content": {JSON_MEDIA_TYPE: {"schema": output}}}
     security: list[dict[str, list[str]]] = [{"bearer": []}] if not entrypoint else [{"bearer": []}, {}]
     return {
         "openapi": "3.1.0",
         "info": {"title": f"chainlet {spec.name}", "version": "1", "description": endpoint.describe()},
         "paths": {
-            "/run_remote": {
+            RUN_REMOTE: {
                 "post": {
                     "operationId": "run_remote",
                     "summary": endpoint.describe(),
@@ -64,7 +65,7 @@ def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
                     "requestBody": {
                         "required": True,
                         "content": {
-                            "application/json": {
+                            JSON_MEDIA_TYPE: {
                                 "schema": {"$ref": _REF.format(model=endpoint.input_model.__name__)}
                             }
                         },
@@ -72,8 +73,8 @@ def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
                     "responses": responses,
                 }
             },
-            "/healthz": {"get": {"operationId": "healthz", "responses": {"200": {"description": "alive"}}}},
-            "/readyz": {
+            HEALTHZ: {"get": {"operationId": "healthz", "responses": {"200": {"description": "alive"}}}},
+            READYZ: {
                 "get": {
                     "operationId": "readyz",
                     "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import time
 
-from chains.call_context import REQUEST_ID_HEADER, CallContext
+from chains.call_context import CallContext
 from chains.server.asgi import Receive, Send
+from chains.wire import REQUEST_ID_HEADER
 
 __all__ = ["Request", "StreamCount", "request_log"]
 

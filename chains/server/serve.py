@@ -19,12 +19,13 @@ import uvicorn
 
 from chains import tracing
 from chains.call_context import current_call
-from chains.chainlet import ChainletBase, building_with, construct
+from chains.chainlet import ChainletBase, construct
 from chains.checks import chainlet_spec
 from chains.context import DeployedServiceDescriptor, DeploymentContext, Secrets
 from chains.errors import ChainsUsageError
+from chains.metrics import Metrics
+from chains.model import building_with
 from chains.server.app import ChainletApp, StreamAborted
-from chains.server.metrics import Metrics
 from chains.server.settings import SECRET_PREFIX, ServerSettings
 from chains.stubs import StubBase, StubOptions
 

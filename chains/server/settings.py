@@ -16,14 +16,13 @@ from pathlib import Path
 from chains.errors import ChainsUsageError
 from chains.server.cors import CorsPolicy
 from chains.tls import TlsSettings
+from chains.wire import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DependencyAddress", "ServerSettings", "check_api_key"]
 
 DEFAULT_MAX_BODY_BYTES = 32 * 2**20
-DEFAULT_MAX_FRAME_BYTES = 64 * 2**20
 
 SECRET_PREFIX = "CHAINS_SECRET_"
-RUN_REMOTE = "/run_remote"
 _ADDRESS_KEYS = frozenset({"urls", "path", "auth"})
 _AUTH_KEYS = frozenset({"scheme", "secret"})
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*")  # an HTTP token (RFC 9110)

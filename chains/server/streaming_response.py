@@ -17,8 +17,8 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from chains.errors import ErrorDetail, RemoteError
+from chains.metrics import Metrics
 from chains.server.body_sender import BodySender
-from chains.server.metrics import Metrics
 from chains.server.request import Request, StreamCount
 from chains.streaming.forms.producer import StreamEncoder
 from chains.streaming.shape import StreamShape

@@ -25,15 +25,17 @@ import contextlib
 import json
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from chains import tracing
-from chains.call_context import REQUEST_ID_HEADER, CallContext, serving_call
+from chains.call_context import CallContext, serving_call
 from chains.errors import DeadlineExceeded, ErrorDetail
+from chains.metrics import Metrics
+from chains.model import ChainletSpec
 from chains.server.asgi import Receive, Scope, Send, header_map
 from chains.server.cors import request_origin, same_origin
-from chains.server.metrics import Metrics
+from chains.server.settings import ServerSettings
 from chains.server.tickets import TICKET_PARAM, TicketSigner
 from chains.websocket.disconnect import WebSocketDisconnect
 from chains.websocket.protocol import Message, SocketBase
@@ -46,17 +48,39 @@ from chains.websocket.wire import (
     error_message,
     tag,
 )
+from chains.wire import JSON_MEDIA_TYPE, REQUEST_ID_HEADER, RUN_REMOTE
 
-if TYPE_CHECKING:
-    from chains.server.app import ChainletApp
-
-__all__ = ["Conversations", "ServerSocket", "serve_websocket"]
+__all__ = ["Conversations", "ServerApp", "ServerSocket", "serve_websocket"]
 
 logger = logging.getLogger("chains.server")
 
 # How long run_remote may be busy elsewhere between two receives before the client's next
 # message (or its leaving) is watched for: a client that leaves meanwhile is noticed after this.
 _WATCH_AFTER_SEC = 0.05
+
+
+class ServerApp(Protocol):
+    """What a conversation needs of the server app (``ChainletApp``): the chainlet, its
+    admission (credentials, a concurrency slot) and its bookkeeping. Named here so that the
+    app imports this module and not the other way round."""
+
+    @property
+    def spec(self) -> ChainletSpec: ...
+    @property
+    def instance(self) -> object | None: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def settings(self) -> ServerSettings: ...
+    @property
+    def conversations(self) -> Conversations: ...
+    @property
+    def draining(self) -> bool: ...
+    @property
+    def public_errors(self) -> bool: ...
+    def authorize(self, headers: dict[str, str]) -> str | None: ...
+    async def try_take_slot(self) -> bool: ...
+    def release_slot(self) -> None: ...
 
 
 class ServerSocket(SocketBase):
@@ -209,14 +233,14 @@ class Conversations:
             task.cancel()
 
 
-async def serve_websocket(app: ChainletApp, scope: Scope, receive: Receive, send: Send) -> None:
+async def serve_websocket(app: ServerApp, scope: Scope, receive: Receive, send: Send) -> None:
     """Serve one WebSocket conversation on ``app``'s chainlet (see the module docstring)."""
     if (await receive())["type"] != "websocket.connect":
         return
     headers = header_map(scope)
     call = CallContext.from_headers(headers)
     rid = [(REQUEST_ID_HEADER.encode(), call.request_id.encode())]
-    if scope.get("path") != "/run_remote":
+    if scope.get("path") != RUN_REMOTE:
         await _deny(scope, send, 404, f"no WebSocket at {scope.get('path')}; use /run_remote", rid)
         return
     if not app.spec.endpoint.output_kind.is_socket:
@@ -279,7 +303,7 @@ def _ticket_refusal(scope: Scope, headers: dict[str, str], api_key: str | None, 
     return TicketSigner(api_key.encode()).refusal(tickets[0])
 
 
-async def _converse(app: ChainletApp, socket: ServerSocket, call: CallContext) -> None:
+async def _converse(app: ServerApp, socket: ServerSocket, call: CallContext) -> None:
     traced = tracing.active()
     if traced is None:
         await _converse_in(app, socket, call, None)
@@ -296,7 +320,7 @@ async def _converse(app: ChainletApp, socket: ServerSocket, call: CallContext) -
         span.finish(socket.messages_in, socket.messages_out, socket.close_code, error)
 
 
-async def _converse_in(app: ChainletApp, socket: ServerSocket, call: CallContext, span: Any) -> None:
+async def _converse_in(app: ServerApp, socket: ServerSocket, call: CallContext, span: Any) -> None:
     instance: Any = app.instance
     handler = socket.handler = asyncio.ensure_future(_bounded(instance.run_remote(socket), call))
     socket.start_watching()
@@ -358,7 +382,7 @@ async def _deny(scope: Scope, send: Send, status: int, detail: str, rid: list[tu
             "type": "websocket.http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"application/json"),
+                (b"content-type", JSON_MEDIA_TYPE.encode()),
                 (b"content-length", str(len(body)).encode()),
                 *extra,
                 *rid,

@@ -27,8 +27,8 @@ The modules, one concept each:
 - ``sse``: :class:`SSE` events and their parser;
 - ``kinds``: one object per kind of output (unary, text, bytes, sse, items, structured),
   carrying what differs between them; ``shape``: what one endpoint streams;
-- ``forms``: the framed, server-sent events and raw forms of a stream on HTTP;
-- ``media``: their media types.
+- ``forms``: the framed, server-sent events and raw forms of a stream on HTTP (their media
+  types are named in :mod:`chains.wire`, and re-exported here).
 
 Frames and their order are described in ``docs/wire-protocol.md``.
 """
@@ -58,13 +58,6 @@ from chains.streaming.kinds import (
     kind_named,
     stream_kind_named,
 )
-from chains.streaming.media import (
-    BYTES_MEDIA_TYPE,
-    FRAMED_MEDIA_TYPE,
-    NDJSON_MEDIA_TYPE,
-    SSE_MEDIA_TYPE,
-    TEXT_MEDIA_TYPE,
-)
 from chains.streaming.reader import (
     FooterStreamReader,
     HeaderFooterStreamReader,
@@ -83,6 +76,13 @@ from chains.streaming.writer import (
     StreamWriter,
     WriterChunk,
     stream_writer,
+)
+from chains.wire import (
+    BYTES_MEDIA_TYPE,
+    FRAMED_MEDIA_TYPE,
+    NDJSON_MEDIA_TYPE,
+    SSE_MEDIA_TYPE,
+    TEXT_MEDIA_TYPE,
 )
 
 __all__ = [

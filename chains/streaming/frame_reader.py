@@ -14,7 +14,6 @@ import pydantic
 
 from chains.errors import ChainsUsageError, ErrorDetail, RemoteError, StreamInterrupted, StreamSchemaMismatch
 from chains.streaming.framing import (
-    DEFAULT_MAX_FRAME_SIZE,
     KIND_END,
     KIND_ERROR,
     KIND_FOOTER,
@@ -29,6 +28,7 @@ from chains.streaming.framing import (
 )
 from chains.streaming.schema import WireSchema
 from chains.streaming.transport import connection_broke
+from chains.wire import DEFAULT_MAX_FRAME_BYTES
 
 __all__ = ["FrameReader", "StreamSchemaMismatch"]
 
@@ -86,7 +86,7 @@ class FrameReader:
         wire: WireSchema,
         source: AsyncIterable[bytes] | Iterable[bytes],
         *,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_frame_size: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
         self.wire = wire
         if isinstance(source, AsyncIterable):

@@ -34,9 +34,9 @@ from enum import IntEnum
 from typing import Any, Final
 
 from chains.errors import FrameTooLarge, StreamInterrupted, StreamProtocolError, UnknownFrameKind
+from chains.wire import DEFAULT_MAX_FRAME_BYTES
 
 __all__ = [
-    "DEFAULT_MAX_FRAME_SIZE",
     "END_FRAME",
     "HEADER_SIZE",
     "KIND_END",
@@ -63,7 +63,6 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION: Final = 1
-DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
 HEADER_SIZE: Final = 5
 MAX_ENCODABLE_SIZE: Final = 2**32 - 1
 
@@ -194,7 +193,7 @@ class FrameDecoder:
 
     __slots__ = ("_head", "_kind", "_max", "_missing", "_offset", "_pieces")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if max_frame_size < 0:
             raise ValueError(f"max_frame_size must be >= 0, got {max_frame_size}")
         self._max = max_frame_size
@@ -342,7 +341,7 @@ class FrameDecoder:
 
 
 async def iter_frames(
-    chunks: AsyncIterable[bytes] | Iterable[bytes], *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    chunks: AsyncIterable[bytes] | Iterable[bytes], *, max_frame_size: int = DEFAULT_MAX_FRAME_BYTES
 ) -> AsyncIterator[Frame]:
     """Frames of a chunked byte source, async or not, raising StreamInterrupted on a cut.
 

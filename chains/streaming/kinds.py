@@ -24,11 +24,11 @@ from typing import Any, ClassVar, Final
 
 from chains.errors import ChainsUsageError
 from chains.streaming.framing import StreamProtocolError
-from chains.streaming.media import BYTES_MEDIA_TYPE, NDJSON_MEDIA_TYPE, SSE_MEDIA_TYPE, TEXT_MEDIA_TYPE
 from chains.streaming.schema import PartCodec, WireSchema
 from chains.streaming.sse import SSE, data_event
 from chains.streaming.types import StreamTypes, stream_types
 from chains.streaming.writer import WriterChunk
+from chains.wire import BYTES_MEDIA_TYPE, NDJSON_MEDIA_TYPE, SSE_MEDIA_TYPE, TEXT_MEDIA_TYPE
 
 __all__ = [
     "BYTES",

@@ -12,9 +12,9 @@ from typing import Any, Generic, TypeVar, overload
 
 from chains.errors import ChainsUsageError
 from chains.streaming.frame_reader import FrameReader
-from chains.streaming.framing import DEFAULT_MAX_FRAME_SIZE
 from chains.streaming.schema import short_repr
 from chains.streaming.types import StreamTypes
+from chains.wire import DEFAULT_MAX_FRAME_BYTES
 
 __all__ = [
     "FooterStreamReader",
@@ -42,7 +42,7 @@ class StreamReader(Generic[ItemT]):
         types: StreamTypes[ItemT, Any, Any],
         source: AsyncIterable[bytes] | Iterable[bytes],
         *,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_frame_size: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
         self._reader = FrameReader(types.wire, source, max_frame_size=max_frame_size)
 
@@ -142,7 +142,7 @@ def stream_reader(
     types: StreamTypes[Any, Any, Any],
     source: AsyncIterable[bytes] | Iterable[bytes],
     *,
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    max_frame_size: int = DEFAULT_MAX_FRAME_BYTES,
 ) -> StreamReader[Any]:
     """A typed reader over the framed bytes of a structured stream (what its stub yields).
 

@@ -21,13 +21,19 @@ from chains.endpoint import EndpointSpec, analyze_endpoint
 from chains.errors import ChainsUsageError
 from chains.limits import CallLimit
 from chains.locations import Locator
+from chains.metrics import Metrics
 from chains.rpc_options import StubOptions
-from chains.server.metrics import Metrics
-from chains.server.settings import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
-from chains.streaming import FRAMED_MEDIA_TYPE, decode_framed, shape_of
+from chains.streaming import decode_framed, shape_of
 from chains.stubs.policy import CallPolicy
 from chains.stubs.transport import AsyncTransport
 from chains.websocket.protocol import WebSocketProtocol
+from chains.wire import (
+    BINARY_MEDIA_TYPE,
+    DEFAULT_MAX_FRAME_BYTES,
+    FRAMED_MEDIA_TYPE,
+    JSON_MEDIA_TYPE,
+    RUN_REMOTE,
+)
 
 __all__ = ["StubBase"]
 
@@ -248,7 +254,7 @@ class StubBase:
 
     @property
     def _accept(self) -> str:
-        return codec.BINARY_MEDIA_TYPE if self.options.use_binary else "application/json"
+        return BINARY_MEDIA_TYPE if self.options.use_binary else JSON_MEDIA_TYPE
 
     async def call_remote(self, *args: Any, **kwargs: Any) -> Any:
         """Call the endpoint and return its decoded result."""

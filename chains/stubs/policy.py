@@ -37,10 +37,11 @@ from chains.errors import (
     StreamInterrupted,
 )
 from chains.limits import CallLimit
+from chains.metrics import DependencyCall, Metrics
 from chains.rpc_options import StubOptions
-from chains.server.metrics import DependencyCall, Metrics
 from chains.stubs.aiohttp_transport import AiohttpTransport
 from chains.stubs.transport import AsyncTransport, ByteStream, Response, SyncTransport, TransportError
+from chains.wire import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE
 
 if TYPE_CHECKING:
     from chains.tracing.spans import ClientAttempt
@@ -117,7 +118,7 @@ class CallPolicy:
         self._ssl_context = ssl_context
         self.transport: AsyncTransport = transport or AiohttpTransport(ssl_context)
         self._sync_transport = sync_transport
-        self._content_type = codec.BINARY_MEDIA_TYPE if options.use_binary else "application/json"
+        self._content_type = BINARY_MEDIA_TYPE if options.use_binary else JSON_MEDIA_TYPE
 
     async def aclose(self) -> None:
         """Close pooled connections (a server does this at shutdown)."""

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from chains.checks import Chain
 from chains.errors import ChainsUsageError
+from chains.model import Chain
 from chains.targets.environment import cors_env
 from chains.targets.options import (
     ComposeOptions,

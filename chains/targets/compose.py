@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chains.checks import Chain
+from chains.model import Chain
 from chains.targets.files import export_code, header, regenerate_command, write_export
 from chains.targets.k8s_manifests import cpu_quantity
 from chains.targets.options import ComposeOptions

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chains import progress
-from chains.checks import Chain, ChainletSpec
 from chains.config import Compute
 from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.model import Chain, ChainletSpec
 from chains.progress import Board, Stage
 from chains.targets import running_target
 from chains.targets.docker_engine import LABEL, Engine, connect, describe_state, started_at

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from chains.checks import Chain, ChainletSpec
+from chains.model import Chain, ChainletSpec
 from chains.origins import check_origin
 from chains.targets.options import PushOptions
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chains.checks import Chain
 from chains.errors import ChainsUsageError
+from chains.model import Chain
 
 if TYPE_CHECKING:
     from chains.targets.options import ExportOptions

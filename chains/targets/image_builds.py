@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chains import progress
-from chains.checks import Chain
+from chains.model import Chain
 from chains.progress import Board, Stage
 from chains.targets.docker_engine import LABEL, Build, Engine
 from chains.targets.images import image_name

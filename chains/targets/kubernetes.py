@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chains.checks import Chain
 from chains.errors import ChainsRuntimeError
+from chains.model import Chain
 from chains.targets.files import export_code, header, regenerate_command, write_export
 from chains.targets.k8s_manifests import (
     API_KEY_KEY,

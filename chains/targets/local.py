@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from chains import progress
-from chains.checks import Chain
 from chains.errors import ChainsRuntimeError
+from chains.model import Chain
 from chains.progress import Board, Stage
 from chains.source_map import condense, drop_cancellations, find_cause, to_user_files
 from chains.targets.environment import chainlet_environment

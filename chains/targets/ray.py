@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from chains import progress
-from chains.checks import Chain, ChainletSpec
 from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.model import Chain, ChainletSpec
 from chains.progress import Board, Stage
 from chains.targets import running_target
 from chains.targets.environment import chainlet_environment

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from chains import progress
-from chains.checks import Chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.model import Chain
 from chains.progress import Board, Stage
 from chains.targets import running_target
 from chains.targets.compose import (

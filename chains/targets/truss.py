@@ -22,15 +22,15 @@ import json
 import shutil
 import urllib.parse
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-import chains as chains_package
-from chains.checks import Chain, ChainletSpec
 from chains.config import BasetenImage, Compute, CustomImage, RemoteConfig
 from chains.errors import ChainsUsageError
+from chains.model import Chain, ChainletSpec
 from chains.server.openapi import example_arguments
 from chains.targets.files import export_code, header, is_ours, regenerate_command
 from chains.targets.k8s_manifests import cpu_quantity, memory_quantity
@@ -303,7 +303,7 @@ class TrussTarget:
             keep_trailing_newline=True,
             autoescape=False,
         )
-        sdk = Path(chains_package.__file__).resolve().parent
+        sdk = Path(str(resources.files("chains"))).resolve()  # the installed SDK, copied into each export
         written: list[Path] = []
         for chainlet in wiring.chainlets:
             source_dir = generated.chainlets[chainlet.name].directory

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from chains.checks import Chain, ChainletSpec
 from chains.errors import ChainsUsageError
+from chains.model import Chain, ChainletSpec
 from chains.server.settings import SECRET_PREFIX
 from chains.targets import cors_env
 from chains.targets.images import image_name

@@ -43,6 +43,7 @@ from chains.targets.state import chain_dir, iter_logs
 from chains.tracing import store
 from chains.ui.history import MetricsHistory, parse_metrics
 from chains.ui.sources import ChainView, tail
+from chains.wire import JSON_MEDIA_TYPE, METRICS, REQUEST_ID_HEADER, RUN_REMOTE
 
 __all__ = ["DashboardApp", "is_loopback"]
 
@@ -251,7 +252,7 @@ class DashboardApp:
         async def read(chainlet: str, url: str) -> tuple[str, str, Any]:
             headers = entry_headers if chainlet == state.entrypoint else {}
             try:
-                response = await client.get(f"{url.rstrip('/')}/metrics", headers=headers, timeout=2.0)
+                response = await client.get(url.rstrip("/") + METRICS, headers=headers, timeout=2.0)
             except httpx.HTTPError:
                 return chainlet, url, None
             return chainlet, url, parse_metrics(response.text) if response.status_code == 200 else None
@@ -328,7 +329,7 @@ class DashboardApp:
         except httpx.HTTPError as exc:
             await send_json(send, 502, {"detail": f"the entrypoint at {url} does not answer: {exc}"})
             return
-        await send_bytes(send, response.status_code, response.content, b"application/json")
+        await send_bytes(send, response.status_code, response.content, JSON_MEDIA_TYPE.encode())
 
     async def _call(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> None:
         """The try-it form's call, forwarded to the entrypoint and streamed back as it comes."""
@@ -344,9 +345,9 @@ class DashboardApp:
         except ClientGone:
             return
         assert self._client is not None
-        url = f"{self.view.state.entrypoint_url.rstrip('/')}/run_remote"
+        url = self.view.state.entrypoint_url.rstrip("/") + RUN_REMOTE
         forwarded = {
-            "content-type": "application/json",
+            "content-type": JSON_MEDIA_TYPE,
             "accept": headers.get("accept", "*/*"),
             **self._entry_headers(),
         }
@@ -359,7 +360,7 @@ class DashboardApp:
         kept = [
             (name.encode("latin-1"), value.encode("latin-1"))
             for name, value in response.headers.items()
-            if name.lower() in ("content-type", "x-chains-request-id")
+            if name.lower() in ("content-type", REQUEST_ID_HEADER)
         ]
 
         async def forward() -> None:

@@ -40,7 +40,7 @@ from chains.errors import (
     RemoteError,
     StreamInterrupted,
 )
-from chains.server.metrics import DependencyCall, Metrics
+from chains.metrics import DependencyCall, Metrics
 from chains.websocket.disconnect import WebSocketDisconnect
 from chains.websocket.protocol import Message, SocketBase, WebSocketProtocol
 from chains.websocket.wire import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, SUBPROTOCOL, untag

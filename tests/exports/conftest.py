@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from chains.checks import Chain
 from chains.loader import load_chain
+from chains.model import Chain
 from chains.targets import export_target, options_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ import chains
 from chains.call_context import CallContext, serving_call
 from chains.context import Secrets
 from chains.errors import ChainsRuntimeError, ChainsUsageError, DeadlineExceeded
-from chains.server.metrics import Metrics
+from chains.metrics import Metrics
 from tests.helpers import ServerProcess, asgi_in_thread, generate_chain, running, wait_until, write_chain
 
 KEY = "model-key-7"

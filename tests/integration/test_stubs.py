@@ -16,7 +16,7 @@ import pytest
 
 from chains.call_context import CallContext, serving_call
 from chains.errors import RemoteError, StreamInterrupted
-from chains.server.metrics import Metrics
+from chains.metrics import Metrics
 from chains.stubs import StubBase, StubOptions
 from tests.helpers import (
     TOKEN,

@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 import chains
-from chains.call_context import REQUEST_ID_HEADER
 from chains.streaming import FRAMED_MEDIA_TYPE, SSE
 from chains.stubs import StubOptions
+from chains.wire import REQUEST_ID_HEADER
 from tests.reliability.conftest import HERE, cli, pushed, record
 
 SAMPLE = HERE / "sample_chains" / "overload_chains.py"

@@ -16,7 +16,7 @@ import chains
 from chains.batcher import BatchConfig, Batcher
 from chains.call_context import CallContext, serving_call
 from chains.errors import BatchQueueFull, BatchSizeError
-from chains.server.metrics import Metrics
+from chains.metrics import Metrics
 
 NEVER_MS = 3_600_000.0  # a wait no test reaches: a batch then goes only when full
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chains.server.metrics import Metrics
+from chains.metrics import Metrics
 from chains.ui.history import Counters, MetricsHistory, parse_metrics
 
 

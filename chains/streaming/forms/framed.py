@@ -22,8 +22,9 @@ from chains.streaming.forms.producer import (
     error_payload,
 )
 from chains.streaming.frame_reader import FrameReader
-from chains.streaming.framing import DEFAULT_MAX_FRAME_SIZE, END_FRAME, KIND_ERROR, KIND_ITEM, encode_frame
+from chains.streaming.framing import END_FRAME, KIND_ERROR, KIND_ITEM, encode_frame
 from chains.streaming.shape import StreamShape
+from chains.wire import DEFAULT_MAX_FRAME_BYTES
 
 __all__ = ["decode_framed", "encode_framed"]
 
@@ -80,7 +81,7 @@ async def decode_framed(
     shape: StreamShape,
     chunks: AsyncIterable[bytes] | Iterable[bytes],
     *,
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    max_frame_size: int = DEFAULT_MAX_FRAME_BYTES,
 ) -> AsyncGenerator[Any, None]:
     """The caller's values from the framed form (stub side): str, bytes, SSE or T.
 

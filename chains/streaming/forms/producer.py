@@ -16,6 +16,7 @@ from chains.streaming.framing import (
     MAX_ENCODABLE_SIZE,
     FrameDecoder,
 )
+from chains.streaming.schema import WireSchema
 from chains.streaming.shape import StreamShape
 from chains.streaming.writer import StreamWriter, WriterChunk, stream_writer
 
@@ -23,6 +24,7 @@ __all__ = [
     "ErrorHook",
     "StreamEncoder",
     "StructuredYields",
+    "TaggedParts",
     "aiter_any",
     "close_source",
     "converted",
@@ -234,3 +236,58 @@ async def frames_of(
             for kind, payload in decoder.feed(chunk):
                 if kind != KIND_PREAMBLE:
                     yield kind, payload
+
+
+class TaggedParts:
+    """The producer's stream as (kind, bytes) parts, for the encoders that rewrite it (SSE, raw).
+
+    A structured stream gives its header, items and footer as JSON, read from its checked
+    writer chunks; any other stream gives ``(ITEM, convert(value))`` per value, ``convert``
+    being what ``converter(shape.wire)`` makes. Both end with ``(END, b"")`` or with
+    ``(ERROR, error detail JSON)``, after which :attr:`failure` is the producer's exception
+    (None for an error frame the endpoint's own writer made)::
+
+        parts = TaggedParts(shape, source, shape.kind.sse_converter, chainlet="Entry", on_error=None)
+        async with aclosing(parts.parts()) as tagged:
+            async for kind, payload in tagged:
+                ...
+    """
+
+    __slots__ = ("_converted", "_source", "_structured", "chainlet", "converter", "on_error", "shape")
+
+    def __init__(
+        self,
+        shape: StreamShape,
+        source: AsyncIterable[Any] | Iterable[Any],
+        converter: Callable[[WireSchema], Callable[[Any], bytes]],
+        *,
+        chainlet: str,
+        on_error: ErrorHook | None,
+    ) -> None:
+        self.shape = shape
+        self.converter = converter
+        self.chainlet = chainlet
+        self.on_error = on_error
+        self._source = aiter_any(source)
+        self._structured = (
+            StructuredYields(shape, self._source, chainlet, on_error) if shape.kind.yields_frames else None
+        )
+        self._converted: list[Exception] = []
+
+    @property
+    def structured(self) -> bool:
+        """Whether the parts are a structured stream's frames (items as JSON, not converted)."""
+        return self._structured is not None
+
+    @property
+    def failure(self) -> BaseException | None:
+        if self._structured is not None:
+            return self._structured.failure
+        return self._converted[0] if self._converted else None
+
+    def parts(self) -> AsyncGenerator[tuple[int, bytes], None]:
+        if self._structured is not None:
+            return frames_of(self._structured.chunks())
+        produced = self.shape.kind.producer_values(self._source, self.chainlet)
+        convert = self.converter(self.shape.wire)
+        return converted(produced, convert, self.chainlet, self.on_error, self._converted)

@@ -8,7 +8,7 @@ from contextlib import aclosing
 from typing import Any
 
 from chains.errors import ErrorDetail, RemoteError
-from chains.streaming.forms.producer import ErrorHook, StructuredYields, aiter_any, converted, frames_of
+from chains.streaming.forms.producer import ErrorHook, TaggedParts, aiter_any
 from chains.streaming.framing import KIND_ERROR, KIND_FOOTER, KIND_HEADER, KIND_ITEM
 from chains.streaming.shape import StreamShape
 
@@ -39,35 +39,23 @@ async def encode_raw(
     ``on_error`` is not called (the exception itself reaches the server); it is accepted so
     that all encoders share one signature.
     """
-    source = aiter_any(source)
-    if shape.kind.yields_frames:
-        # No on_error here: raw re-raises the exception, and whoever catches it reports it.
-        structured = StructuredYields(shape, source, chainlet, None)
-        async with aclosing(frames_of(structured.chunks())) as frames:
-            async for kind, payload in frames:
-                if kind == KIND_ITEM:
+    # No on_error here: raw re-raises the exception, and whoever catches it reports it.
+    parts = TaggedParts(shape, source, shape.kind.raw_converter, chainlet=chainlet, on_error=None)
+    structured = parts.structured
+    async with aclosing(parts.parts()) as tagged:
+        async for kind, payload in tagged:
+            if kind == KIND_ITEM:
+                if structured:
                     yield b'{"item":' + payload + b"}\n"
-                elif kind == KIND_HEADER:
-                    yield b'{"header":' + payload + b"}\n"
-                elif kind == KIND_FOOTER:
-                    yield b'{"footer":' + payload + b"}\n"
-                elif kind == KIND_ERROR:
-                    # The writer's own error() frame has no exception here: raise its detail.
-                    raise structured.failure or RemoteError.from_detail(
-                        ErrorDetail.model_validate_json(payload)
-                    )
-        return
-    produced = shape.kind.producer_values(source, chainlet)
-    failure: list[Exception] = []
-    async with aclosing(
-        converted(produced, shape.kind.raw_converter(shape.wire), chainlet, None, failure)
-    ) as values:
-        async for tag, data in values:
-            if tag == KIND_ITEM:
-                if data:  # an empty chunk could read as the end of a chunked body
-                    yield data
-            elif tag == KIND_ERROR:
-                raise failure[0]
+                elif payload:  # an empty chunk could read as the end of a chunked body
+                    yield payload
+            elif kind == KIND_HEADER:
+                yield b'{"header":' + payload + b"}\n"
+            elif kind == KIND_FOOTER:
+                yield b'{"footer":' + payload + b"}\n"
+            elif kind == KIND_ERROR:
+                # An error frame the endpoint's own writer made has no exception: raise its detail.
+                raise parts.failure or RemoteError.from_detail(ErrorDetail.model_validate_json(payload))
 
 
 async def decode_raw(

@@ -6,7 +6,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from chains.streaming.forms.producer import ErrorHook, StructuredYields, aiter_any, converted, frames_of
+from chains.streaming.forms.producer import ErrorHook, TaggedParts
 from chains.streaming.framing import KIND_END, KIND_ERROR, KIND_FOOTER, KIND_HEADER, KIND_ITEM
 from chains.streaming.shape import StreamShape
 from chains.streaming.sse import END_EVENT, data_event
@@ -30,31 +30,18 @@ async def encode_sse(
     ``event: error`` whose data is the JSON error detail. An SSE stream's own events go out
     as they are, then ``event: end``.
     """
-    source = aiter_any(source)
-    if shape.kind.yields_frames:
-        structured = StructuredYields(shape, source, chainlet, on_error)
-        async with aclosing(frames_of(structured.chunks())) as frames:
-            async for kind, payload in frames:
-                if kind == KIND_ITEM:
-                    yield data_event(payload)
-                elif kind == KIND_HEADER:
-                    yield data_event(payload, b"event: header\n")
-                elif kind == KIND_FOOTER:
-                    yield data_event(payload, b"event: footer\n")
-                elif kind == KIND_ERROR:
-                    yield data_event(payload, b"event: error\n")
-                elif kind == KIND_END:
-                    yield END_EVENT
-        return
-    produced = shape.kind.producer_values(source, chainlet)
-    failure: list[Exception] = []
-    async with aclosing(
-        converted(produced, shape.kind.sse_converter(shape.wire), chainlet, on_error, failure)
-    ) as events:
-        async for tag, data in events:
-            if tag == KIND_ITEM:
-                yield data
-            elif tag == KIND_ERROR:
-                yield data_event(data, b"event: error\n")
-            else:
+    parts = TaggedParts(shape, source, shape.kind.sse_converter, chainlet=chainlet, on_error=on_error)
+    structured = parts.structured
+    async with aclosing(parts.parts()) as tagged:
+        async for kind, payload in tagged:
+            if kind == KIND_ITEM:
+                # A structured stream's item is its JSON; any other value is converted already.
+                yield data_event(payload) if structured else payload
+            elif kind == KIND_HEADER:
+                yield data_event(payload, b"event: header\n")
+            elif kind == KIND_FOOTER:
+                yield data_event(payload, b"event: footer\n")
+            elif kind == KIND_ERROR:
+                yield data_event(payload, b"event: error\n")
+            elif kind == KIND_END:
                 yield END_EVENT

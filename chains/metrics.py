@@ -1,5 +1,8 @@
 """Prometheus metrics of one chainlet process: its calls, and its calls to each dependency.
 
+The server counts the calls it serves and renders ``/metrics``; stubs and the WebSocket
+client record their calls to dependencies (:class:`DependencyCall`), so it sits below both.
+
 Hand-written rather than a client library: the set is small and fixed, and recording a
 call is two dict updates, which keeps the per-request cost negligible.
 """
