@@ -17,7 +17,7 @@ from chains import terminal
 from chains.errors import ChainsError, ChainsUsageError
 from chains.loader import load_chain
 from chains.model import Chain
-from chains.targets import TARGETS
+from chains.targets import TARGETS, is_alive
 
 __all__ = ["main"]
 
@@ -400,7 +400,7 @@ def _running_state(name: str) -> Any:
 
     try:
         state = find_state(name)
-        return state if state.alive else None
+        return state if is_alive(state) else None
     except ChainsError:
         return None
 
@@ -512,7 +512,7 @@ def status(name: str | None, as_json: bool) -> None:
                 click.echo(f"{chain_name}  unreadable  ({exc}); `chains stop {chain_name}` cleans up")
                 continue
             ready = sum(p.state == "ready" for p in state.processes)
-            health = _health(state) if state.alive else "stale (supervisor gone)"
+            health = _health(state) if is_alive(state) else "stale (supervisor gone)"
             click.echo(
                 f"{state.chain}  {health}  {ready}/{len(state.processes)} ready  {state.entrypoint_url}"
             )
@@ -521,14 +521,14 @@ def status(name: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(state.model_dump_json(indent=2))
         return
-    if not state.alive:
+    if not is_alive(state):
         click.echo(
             f"chain {name!r} is stale: its supervisor is gone and its processes are not supervised; "
             f"run `chains stop {name}` to clean up, or push it again",
             err=True,
         )
     failed = _failed_chainlets(state)
-    if failed and state.alive:
+    if failed and is_alive(state):
         click.echo(
             f"chain {name!r} is degraded: {', '.join(failed)} failed for good and "
             f"{'is' if len(failed) == 1 else 'are'} not running; bring "
@@ -704,7 +704,7 @@ def call(
         _fail(f"error: the arguments are not valid JSON: {exc}")
     if not isinstance(arguments, dict):
         _fail('error: the arguments must be a JSON object, e.g. --json \'{"prompt": "hi"}\'')
-    if not state.alive:
+    if not is_alive(state):
         _fail(f"error: chain {name!r} is stale (its supervisor is gone); push it again")
     kind = _guarded(lambda: kind_named(state.entrypoint_kind))
     try:

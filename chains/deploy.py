@@ -22,7 +22,7 @@ from chains.model import Chain
 from chains.origins import check_origin
 from chains.server.settings import check_api_key
 from chains.stubs import StubBase, StubOptions
-from chains.targets import PushOptions, for_target, options_for, running_target
+from chains.targets import PushOptions, for_target, is_alive, options_for, running_target
 from chains.targets.state import STOP_MARGIN_SEC, ChainState, chain_dir, chain_lock, forget, read_state
 
 if TYPE_CHECKING:
@@ -259,7 +259,7 @@ def restart_chain(state: ChainState, chainlet: str | None, timeout: float = 60.0
             f"chain {state.chain!r} runs on target {state.target!r}; `chains restart` is for the local "
             "target: push the chain again to restart it"
         )
-    if not state.alive:
+    if not is_alive(state):
         raise ChainsUsageError(f"chain {state.chain!r} is stale (its supervisor is gone): push it again")
     from chains.targets.local import control
 

@@ -60,6 +60,7 @@ from chains.server.settings import ServerSettings
 from chains.server.streaming_response import StreamAborted, send_stream
 from chains.server.websocket import Conversations, serve_websocket
 from chains.streaming import shape_of
+from chains.wire import HEALTHZ, JSON_MEDIA_TYPE, METRICS, READYZ, RUN_REMOTE
 
 if TYPE_CHECKING:
     from chains.tracing.spans import Tracing
@@ -69,7 +70,8 @@ __all__ = ["ChainletApp", "StreamAborted"]
 
 logger = logging.getLogger("chains.server")
 
-_JSON_TYPES = ("application/json", "application/*+json")
+_JSON_TYPES = (JSON_MEDIA_TYPE, "application/*+json")
+_JSON = JSON_MEDIA_TYPE.encode()
 
 
 class ChainletApp:
@@ -189,7 +191,7 @@ class ChainletApp:
             scope, receive, send = routed
         path: str = scope["path"]
         method: str = scope["method"]
-        if path == "/run_remote":
+        if path == RUN_REMOTE:
             if self.spec.endpoint.output_kind.is_socket:
                 detail = f"{self.spec.name} is a WebSocket endpoint: open a WebSocket to /run_remote"
                 await send_json(send, 426, {"detail": detail}, [(b"upgrade", b"websocket")])
@@ -202,12 +204,12 @@ class ChainletApp:
         if method not in ("GET", "HEAD"):
             await send_json(send, 405, {"detail": f"use GET {path}"}, [(b"allow", b"GET")])
             return
-        if path == "/healthz":
+        if path == HEALTHZ:
             await send_json(send, 200, {"status": "alive"})
-        elif path == "/readyz":
+        elif path == READYZ:
             ready, reason = await self._readiness()
             await send_json(send, 200 if ready else 503, {"ready": ready, "detail": reason})
-        elif path == "/metrics":
+        elif path == METRICS:
             # The entrypoint's metrics name the chain's internal chainlets: its callers' key guards them.
             refusal = self._credentials.refusal(header_map(scope)) if self.settings.is_entrypoint else None
             if refusal is not None:
@@ -216,7 +218,7 @@ class ChainletApp:
             body = self.metrics.render().encode()
             await send_bytes(send, 200, body, b"text/plain; version=0.0.4; charset=utf-8")
         elif path == "/openapi.json":
-            await send_bytes(send, 200, self._openapi, b"application/json")
+            await send_bytes(send, 200, self._openapi, _JSON)
         elif path == "/docs" and self._docs:
             page = openapi.docs_page(self.spec).encode()
             await send_bytes(send, 200, page, b"text/html; charset=utf-8")
@@ -316,7 +318,7 @@ class ChainletApp:
             raise Refusal(401, refusal)
         if self.instance is None:
             raise Refusal(503, "not ready yet", RETRY_SOON)
-        content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        content_type = headers.get("content-type", JSON_MEDIA_TYPE).split(";")[0].strip().lower()
         binary = content_type == codec.BINARY_MEDIA_TYPE
         if not binary and content_type not in _JSON_TYPES and not content_type.endswith("+json"):
             raise Refusal(
@@ -384,7 +386,7 @@ class ChainletApp:
         except Exception as exc:
             logger.exception("run_remote raised %s (request id %s)", type(exc).__name__, call.request_id)
             return await self._fail(request, 500, exc)
-        media_type = codec.BINARY_MEDIA_TYPE.encode() if binary else b"application/json"
+        media_type = codec.BINARY_MEDIA_TYPE.encode() if binary else _JSON
         await send_bytes(request.send, 200, body, media_type, request.id_header)
         return 200
 

@@ -48,6 +48,7 @@ __all__ = [
     "cors_env",
     "export_target",
     "for_target",
+    "is_alive",
     "options_for",
     "running_target",
 ]
@@ -106,6 +107,11 @@ def _load(name: str, kind: str) -> object:
 def running_target(name: str) -> RunningTarget[Any]:
     target: RunningTarget[Any] = _load(name, "running")  # type: ignore[assignment]
     return target
+
+
+def is_alive(state: ChainState) -> bool:
+    """Whether the chain ``state`` records still runs, as its target sees it."""
+    return running_target(state.target).alive(state)
 
 
 def export_target(name: str) -> ExportTarget[Any]:

@@ -37,7 +37,7 @@ from chains.config import Compute
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.model import Chain, ChainletSpec
 from chains.progress import Board, Stage
-from chains.targets import running_target
+from chains.targets import is_alive, running_target
 from chains.targets.docker_engine import LABEL, Engine, connect, describe_state, started_at
 from chains.targets.environment import chainlet_environment
 from chains.targets.image_builds import build_images, prune_images
@@ -124,7 +124,7 @@ class DockerTarget:
         token: str,
     ) -> ChainState:
         chain = plan.chain
-        previous_live = previous is not None and previous.alive
+        previous_live = previous is not None and is_alive(previous)
         entry_port = options.entry_port
         if entry_port is None and previous is not None and previous.target == "docker" and previous_live:
             entry_port = port_of(previous.entrypoint_url)  # keep the entrypoint's URL across pushes

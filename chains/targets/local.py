@@ -22,6 +22,7 @@ from chains.errors import ChainsRuntimeError
 from chains.model import Chain
 from chains.progress import Board, Stage
 from chains.source_map import condense, drop_cancellations, find_cause, to_user_files
+from chains.targets import is_alive
 from chains.targets.environment import chainlet_environment
 from chains.targets.logs import follow_files
 from chains.targets.options import LocalOptions
@@ -284,7 +285,7 @@ def _entry_port(name: str, asked: int | None, previous: ChainState | None) -> tu
             _check_port_free(asked, previous)
         return asked, None
     port = port_of(previous.entrypoint_url)
-    if previous.alive and asked in (None, port):
+    if is_alive(previous) and asked in (None, port):
         return port, str(chain_dir(name) / "deployments" / previous.deployment)
     if asked is not None:
         _check_port_free(asked, previous)
@@ -293,7 +294,7 @@ def _entry_port(name: str, asked: int | None, previous: ChainState | None) -> tu
 
 
 def _check_port_free(port: int, previous: ChainState | None) -> None:
-    if previous is not None and previous.alive and port_of(previous.entrypoint_url) == port:
+    if previous is not None and is_alive(previous) and port_of(previous.entrypoint_url) == port:
         return
     check_port_free(port)
 

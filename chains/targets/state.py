@@ -163,13 +163,6 @@ class ChainState(pydantic.BaseModel):
             seen.setdefault(p.chainlet, None)
         return list(seen)
 
-    @property
-    def alive(self) -> bool:
-        """Whether the chain still runs (asks its target)."""
-        from chains.targets import running_target
-
-        return running_target(self.target).alive(self)
-
 
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path``, readable and writable by the owner only, atomically: the

@@ -13,6 +13,7 @@ from typing import Any
 from chains.deploy import find_state
 from chains.errors import ChainsUsageError
 from chains.graph import ChainGraph, Edge, Node
+from chains.targets import is_alive
 from chains.targets.state import ChainState, Deployment, chain_dir, same_process
 
 __all__ = ["ChainView", "DeploymentInfo", "graph_of", "read_deployment", "tail"]
@@ -127,7 +128,7 @@ class ChainView:
             "entrypoint": state.entrypoint,
             "entrypoint_kind": state.entrypoint_kind,
             "entrypoint_url": state.entrypoint_url,
-            "supervisor_alive": state.alive,
+            "supervisor_alive": is_alive(state),
             "updated_at": state.updated_at,
             "processes": processes,
         }

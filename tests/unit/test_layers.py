@@ -9,8 +9,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).parents[2]
 
 # The picture of docs/architecture.md, top down: a module imports only from its own layer or
@@ -81,14 +79,6 @@ LAYERS: dict[str, int] = {
     ),
 }
 
-# Imports that tie modules in a loop today, each with the change that removes it.
-KNOWN_LOOPS = {
-    # targets are being restructured (issue 14, item 6): the state file asks the package which
-    # target runs a chain.
-    ("chains.targets.state", "chains.targets"),
-}
-
-
 def _modules() -> dict[str, Path]:
     found = {}
     for path in [*ROOT.glob("chains/**/*.py"), *ROOT.glob("codegen/**/*.py")]:
@@ -147,7 +137,7 @@ def test_no_module_imports_from_a_higher_layer() -> None:
 
 
 def test_no_modules_import_each_other_around_a_loop() -> None:
-    graph = {m: {t for t in targets if (m, t) not in KNOWN_LOOPS} for m, targets in IMPORTS.items()}
+    graph = IMPORTS
     loops = []
     state: dict[str, str] = {}
 
@@ -164,13 +154,6 @@ def test_no_modules_import_each_other_around_a_loop() -> None:
         if module not in state:
             visit(module, [module])
     assert loops == []
-
-
-@pytest.mark.parametrize("loop", sorted(KNOWN_LOOPS))
-def test_each_known_loop_is_still_there(loop: tuple[str, str]) -> None:
-    # Once the import is gone, its entry goes too, so the list never excuses a new loop.
-    module, target = loop
-    assert target in IMPORTS[module]
 
 
 def test_the_checks_and_the_authoring_api_do_not_import_each_other() -> None:
