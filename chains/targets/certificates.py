@@ -9,11 +9,19 @@ hosts it is reached by; chainlets of one chain trust each other and nothing else
 certificate of another chain (another authority) is refused. The authority is kept across
 pushes so that, during a rolling update, old and new tasks trust each other.
 
-Needs the ``cryptography`` package (``pip install 'chains-sdk[docker]'``)::
+Needs the ``cryptography`` package (``pip install 'chains-sdk[docker]'``, or ``[ray]``)::
 
     authority = ChainAuthority.load_or_create("hello")
     issued = authority.issue(["hello-words", "localhost"])
     Path("words.pem").write_bytes(issued.cert_pem)
+
+The same kind of authority serves a Ray cluster's own TLS (Ray's gRPC between its processes,
+which carries the chain's token between nodes on the ray target): :func:`write_node_certificates`
+writes a cluster authority and a node's certificate, and gives the ``RAY_TLS_*`` variables
+every Ray process of that node is started with. From a shell, on the machine that keeps the
+authority::
+
+    python -m chains.targets.certificates ray-node DIR 10.0.0.5 head-1   # DIR/10.0.0.5.pem ...
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +42,14 @@ if TYPE_CHECKING:
     from cryptography import x509
     from cryptography.hazmat.primitives.asymmetric import ec
 
-__all__ = ["CA_VALIDITY_DAYS", "CERT_VALIDITY_DAYS", "LOOPBACK_NAMES", "ChainAuthority", "IssuedCertificate"]
+__all__ = [
+    "CA_VALIDITY_DAYS",
+    "CERT_VALIDITY_DAYS",
+    "LOOPBACK_NAMES",
+    "ChainAuthority",
+    "IssuedCertificate",
+    "write_node_certificates",
+]
 
 CA_VALIDITY_DAYS = 3650
 # A chain that runs longer than this without a push loses its internal calls: long, since a
@@ -165,8 +181,12 @@ class ChainAuthority:
         write_private(folder / "ca-key.pem", key.decode())
         write_private(folder / "ca.pem", self.cert_pem.decode())
 
-    def issue(self, names: Sequence[str], days: int = CERT_VALIDITY_DAYS) -> IssuedCertificate:
-        """A server certificate for the hosts ``names`` (DNS names or IP addresses)."""
+    def issue(
+        self, names: Sequence[str], days: int = CERT_VALIDITY_DAYS, *, client: bool = False
+    ) -> IssuedCertificate:
+        """A server certificate for the hosts ``names`` (DNS names or IP addresses); with
+        ``client``, good for the client's side of mutual TLS as well (as Ray's processes use
+        one certificate both ways)."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -198,7 +218,12 @@ class ChainAuthority:
             .not_valid_after(min(now + datetime.timedelta(days=days), self.certificate.not_valid_after_utc))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.SubjectAlternativeName(alternatives), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+                ),
+                critical=False,
+            )
             .add_extension(authority_key, critical=False)
             .sign(self._key, hashes.SHA256())
         )
@@ -206,3 +231,59 @@ class ChainAuthority:
             certificate.public_bytes(Encoding.PEM),
             key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()),
         )
+
+
+def write_node_certificates(folder: Path, names: Sequence[str], label: str = "node") -> dict[str, str]:
+    """Ray's TLS for one node: the cluster's authority in ``folder`` (made the first time,
+    reused after, so that every node's certificate is issued by the same one), and a
+    certificate for the node's ``names`` (its node IP address, host names), written as
+    ``<label>.pem`` and ``<label>-key.pem`` (0600) beside ``ca.pem``. Returns the variables
+    that every Ray process of that node (``ray start``, and each driver or client) needs::
+
+        env = write_node_certificates(Path("ray-tls"), ["10.0.0.5", "head-1"])
+        subprocess.run(["ray", "start", "--head"], env={**os.environ, **env})
+
+    One certificate serves both ends of Ray's mutual TLS, so it is issued for clients too;
+    ``localhost`` and ``127.0.0.1`` are added to ``names`` (Ray's processes of one node reach
+    each other there). Copy ``ca.pem`` and the node's two files to that node only; ``ca-key.pem``
+    stays where it was made.
+    """
+    if not names:
+        raise ChainsUsageError("name the node's addresses (its node IP first), e.g. 10.0.0.5 head-1")
+    authority = ChainAuthority.load_or_create("ray cluster", folder)
+    issued = authority.issue([*names, *LOOPBACK_NAMES], client=True)
+    cert, key = folder / f"{label}.pem", folder / f"{label}-key.pem"
+    cert.write_bytes(issued.cert_pem)
+    write_private(key, issued.key_pem.decode())
+    return {
+        "RAY_USE_TLS": "1",
+        "RAY_TLS_SERVER_CERT": str(cert.absolute()),
+        "RAY_TLS_SERVER_KEY": str(key.absolute()),
+        "RAY_TLS_CA_CERT": str((folder / "ca.pem").absolute()),
+    }
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m chains.targets.certificates ray-node DIR NODE_IP [NAME...]``: the node's files
+    are named after its address, so that one folder holds the authority and every node's."""
+    if len(argv) < 3 or argv[0] != "ray-node":
+        print(
+            "usage: python -m chains.targets.certificates ray-node DIR NODE_IP [NAME...]\n"
+            "writes DIR/ca.pem (and ca-key.pem, kept there: one authority for every node) and "
+            "DIR/NODE_IP.pem, DIR/NODE_IP-key.pem for a Ray node, and prints the RAY_* variables "
+            "to start its Ray processes with",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        env = write_node_certificates(Path(argv[1]), argv[2:], label=argv[2])
+    except ChainsUsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for name, value in env.items():
+        print(f"export {name}={value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

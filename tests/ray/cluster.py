@@ -5,6 +5,12 @@ Ray rewrites 127.0.0.1 to the host's address, so each node gets an address of it
 signals that process group and nothing else (never ``ray stop``, which stops every Ray
 process of the machine). Every wait is bounded.
 
+Ray's TLS is on (``RAY_USE_TLS=1``): the certificates are made by chains
+(:func:`chains.targets.certificates.write_node_certificates`, an authority of the cluster's
+own in ``DIR/tls``, one certificate naming both node addresses), and every Ray process, the
+nodes' and each driver's (:attr:`RayCluster.env`), is started with them.
+``CHAINS_TEST_RAY_TLS=0`` starts the cluster without TLS (to compare, by hand).
+
 From a shell::
 
     python -m tests.ray.cluster start DIR   # prints RAY_ADDRESS=... and the proxy's URL
@@ -26,6 +32,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from chains.targets.certificates import write_node_certificates
 from tests.helpers import unique_port
 
 HEAD_IP = "127.0.0.2"
@@ -60,10 +67,16 @@ class RayCluster:
     dashboard_port: int = 0
     client_port: int = 0
     nodes: dict[str, Node] = field(default_factory=dict)
+    tls_env: dict[str, str] = field(default_factory=dict)  # RAY_USE_TLS and the RAY_TLS_* files
 
     @property
     def address(self) -> str:
         return f"{HEAD_IP}:{self.gcs_port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a driver (``chains push``, ``ray``, ``serve``) of this cluster is run with."""
+        return {"RAY_ADDRESS": self.address, **self.tls_env}
 
     @property
     def client_address(self) -> str:
@@ -109,7 +122,7 @@ class RayCluster:
             *self._ports(),
             *args,
         ]  # fmt: skip
-        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **self.tls_env)
         with open(log, "wb") as out:
             process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -122,6 +135,8 @@ class RayCluster:
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        if os.environ.get("CHAINS_TEST_RAY_TLS") != "0":
+            self.tls_env = write_node_certificates(self.directory / "tls", [HEAD_IP, WORKER_IP])
         self.gcs_port = unique_port()
         self.serve_port = unique_port()
         self.dashboard_port = unique_port()
@@ -147,7 +162,7 @@ class RayCluster:
         self._wait_nodes(2)
 
     def _ray_command(self, *args: str, timeout: float = START_TIMEOUT) -> str:
-        env = dict(os.environ, RAY_ADDRESS=self.address)
+        env = dict(os.environ, **self.env)
         done = subprocess.run(
             [_ray(), *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
         )
@@ -184,7 +199,7 @@ class RayCluster:
 
     def _start_serve(self) -> None:
         # One proxy, on the head: a proxy per node would have both bind the same port here.
-        env = dict(os.environ, RAY_ADDRESS=self.address)
+        env = dict(os.environ, **self.env)
         serve = str(Path(sys.executable).with_name("serve"))
         done = subprocess.run(
             [
@@ -223,6 +238,7 @@ class RayCluster:
             "dashboard_port": self.dashboard_port,
             "client_port": self.client_port,
             "nodes": {role: asdict(node) for role, node in self.nodes.items()},
+            "tls_env": self.tls_env,
         }
         (self.directory / "cluster.json").write_text(json.dumps(data, indent=2))
 
@@ -233,6 +249,7 @@ class RayCluster:
             directory, data["gcs_port"], data["serve_port"], data["dashboard_port"], data["client_port"]
         )
         cluster.nodes = {role: Node(**node) for role, node in data["nodes"].items()}
+        cluster.tls_env = dict(data.get("tls_env") or {})
         return cluster
 
 
@@ -289,6 +306,8 @@ def main(argv: list[str]) -> int:
             raise
         print(f"RAY_ADDRESS={cluster.address}")
         print(f"SERVE_URL={cluster.proxy_url}")
+        for name, value in cluster.tls_env.items():
+            print(f"{name}={value}")
         return 0
     RayCluster.load(directory).stop()
     return 0

@@ -63,7 +63,7 @@ class Cli(helpers.Cli):
     """The command line pushing to the session's cluster."""
 
     def __init__(self, home: Path, cluster: RayCluster) -> None:
-        super().__init__(home, env={"RAY_ADDRESS": cluster.address}, target="ray", timeout=300)
+        super().__init__(home, env=cluster.env, target="ray", timeout=300)
 
 
 @pytest.fixture

@@ -144,8 +144,9 @@ def test_the_streaming_example_streams_on_two_nodes_as_on_the_local_target(
     state = cli.state("streaming")
     assert {p["chainlet"] for p in state["processes"]} == {"Generator", "Words", "Entry"}
     assert all(p["pid"] for p in state["processes"])
-    # The Entry's log, fetched from whichever node runs it, says it was built.
-    assert "chainlet Entry is ready" in cli.run("logs", "streaming", "Entry").stdout
+    # The Entry's log, fetched from whichever node runs it, says it was built. Every call of the
+    # callers above added an access line after that one: read the whole log, not its last 100.
+    assert "chainlet Entry is ready" in cli.run("logs", "streaming", "Entry", "--lines", "100000").stdout
 
     assert "/streaming/Entry" in _routes(ray_cluster)
     cli.run("stop", "streaming")

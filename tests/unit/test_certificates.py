@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chains.errors import ChainsUsageError
-from chains.targets.certificates import ChainAuthority, IssuedCertificate
+from chains.targets.certificates import ChainAuthority, IssuedCertificate, main, write_node_certificates
 from chains.tls import TlsSettings, client_context
 
 
@@ -142,3 +142,64 @@ def test_tls_settings_refuse_half_a_pair_and_unreadable_files(tmp_path: Path) ->
     )
     assert settings.serves_tls and settings.client_context() is not None
     assert TlsSettings.from_env({}).client_context() is None and not TlsSettings.from_env({}).serves_tls
+
+
+def _mutual(client_cert: Path, client_key: Path, server_cert: Path, server_key: Path, ca: Path) -> None:
+    """A handshake in which each side proves itself to the other, as Ray's processes do."""
+    client = client_context(ca)
+    client.load_cert_chain(client_cert, client_key)
+    server = _server(server_cert, server_key)
+    server.verify_mode = ssl.CERT_REQUIRED
+    server.load_verify_locations(ca)
+    _handshake(client, server, "127.0.0.2")
+
+
+def test_ray_nodes_certificates_share_the_clusters_authority_and_serve_both_ends(tmp_path: Path) -> None:
+    folder = tmp_path / "ray-tls"
+    head = write_node_certificates(folder, ["127.0.0.2", "head-1"], label="head")
+    worker = write_node_certificates(folder, ["127.0.0.3"], label="worker")
+    assert head["RAY_USE_TLS"] == "1" and head["RAY_TLS_CA_CERT"] == worker["RAY_TLS_CA_CERT"]
+    assert head["RAY_TLS_SERVER_CERT"] == str((folder / "head.pem").absolute())
+    assert stat.S_IMODE(Path(head["RAY_TLS_SERVER_KEY"]).stat().st_mode) == 0o600
+    ca = Path(head["RAY_TLS_CA_CERT"])
+    # The worker's certificate as a client of the head's, in mutual TLS.
+    _mutual(
+        Path(worker["RAY_TLS_SERVER_CERT"]),
+        Path(worker["RAY_TLS_SERVER_KEY"]),
+        Path(head["RAY_TLS_SERVER_CERT"]),
+        Path(head["RAY_TLS_SERVER_KEY"]),
+        ca,
+    )
+    # A chainlet's certificate (server only) is refused as a client's.
+    authority = ChainAuthority.load_or_create("any", folder)
+    server_only, server_only_key = _files(tmp_path, authority.issue(["127.0.0.3"]))
+    with pytest.raises(ssl.SSLError, match="unsuitable certificate purpose"):
+        _mutual(
+            server_only,
+            server_only_key,
+            Path(head["RAY_TLS_SERVER_CERT"]),
+            Path(head["RAY_TLS_SERVER_KEY"]),
+            ca,
+        )
+
+
+def test_ray_node_certificates_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ray-node", str(tmp_path / "tls"), "10.0.0.5", "head-1"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "export RAY_USE_TLS=1",
+        f"export RAY_TLS_SERVER_CERT={tmp_path / 'tls' / '10.0.0.5.pem'}",
+        f"export RAY_TLS_SERVER_KEY={tmp_path / 'tls' / '10.0.0.5-key.pem'}",
+        f"export RAY_TLS_CA_CERT={tmp_path / 'tls' / 'ca.pem'}",
+    ]
+    # A second node: its own files, the same authority.
+    ca = (tmp_path / "tls" / "ca.pem").read_bytes()
+    assert main(["ray-node", str(tmp_path / "tls"), "10.0.0.6"]) == 0
+    assert (tmp_path / "tls" / "ca.pem").read_bytes() == ca and (tmp_path / "tls" / "10.0.0.6.pem").exists()
+    capsys.readouterr()
+    assert main(["ray-node", str(tmp_path / "tls")]) == 2
+    assert "usage: python -m chains.targets.certificates ray-node DIR NODE_IP" in capsys.readouterr().err
+    with pytest.raises(ChainsUsageError, match="name the node's addresses"):
+        write_node_certificates(tmp_path / "tls", [])
