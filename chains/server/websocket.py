@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl
 
 from chains import tracing
@@ -37,7 +37,6 @@ from chains.server.asgi import Receive, Scope, Send, header_map
 from chains.server.cors import request_origin, same_origin
 from chains.server.settings import ServerSettings
 from chains.server.tickets import TICKET_PARAM, TicketSigner
-from chains.websocket.disconnect import WebSocketDisconnect
 from chains.websocket.protocol import Message, SocketBase
 from chains.websocket.wire import (
     CLOSE_GOING_AWAY,
@@ -49,6 +48,9 @@ from chains.websocket.wire import (
     tag,
 )
 from chains.wire import JSON_MEDIA_TYPE, REQUEST_ID_HEADER, RUN_REMOTE
+
+if TYPE_CHECKING:
+    from chains.websocket.disconnect import WebSocketDisconnect
 
 __all__ = ["Conversations", "ServerApp", "ServerSocket", "serve_websocket"]
 
@@ -121,7 +123,7 @@ class ServerSocket(SocketBase):
     async def receive(self) -> Message:
         self._received += 1
         if self.closed and self._pending is None:
-            raise WebSocketDisconnect(self.peer_code)
+            raise _disconnect()(self.peer_code)
         self.receiving = True
         try:
             if self._pending is not None:
@@ -133,7 +135,7 @@ class ServerSocket(SocketBase):
             self.receiving = False
         if message["type"] != "websocket.receive":
             self._peer_closed(message)
-            raise WebSocketDisconnect(self.peer_code)
+            raise _disconnect()(self.peer_code)
         self._metrics.socket_messages_in += 1
         self.messages_in += 1
         text = message.get("text")
@@ -177,7 +179,7 @@ class ServerSocket(SocketBase):
 
     async def send(self, message: Message) -> None:
         if self.closed:
-            raise WebSocketDisconnect(self.peer_code, "the socket is closed")
+            raise _disconnect()(self.peer_code, "the socket is closed")
         if self._tagged:
             message = tag(message)
         event = (
@@ -189,7 +191,7 @@ class ServerSocket(SocketBase):
             await self._send(event)
         except OSError:  # uvicorn's ClientDisconnected: the client left meanwhile
             self.closed = True
-            raise WebSocketDisconnect(1006, "the client went away") from None
+            raise _disconnect()(1006, "the client went away") from None
         self._metrics.socket_messages_out += 1
         self.messages_out += 1
 
@@ -231,6 +233,15 @@ class Conversations:
         for socket, task in list(self._open.items()):
             await socket.close(code, "the chainlet is shutting down")
             task.cancel()
+
+
+def _disconnect() -> type[WebSocketDisconnect]:
+    # Imported once a socket closes, not with the server: it loads starlette (about 15 ms of
+    # a chainlet's start-up) for its Truss-compatible base class, and most chainlets serve no
+    # sockets.
+    from chains.websocket.disconnect import WebSocketDisconnect
+
+    return WebSocketDisconnect
 
 
 async def serve_websocket(app: ServerApp, scope: Scope, receive: Receive, send: Send) -> None:
@@ -331,7 +342,7 @@ async def _converse_in(app: ServerApp, socket: ServerSocket, call: CallContext, 
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise  # this task's own cancellation, not the handler's (stopped as the client left)
-    except WebSocketDisconnect:
+    except _disconnect():
         pass  # run_remote did not catch the client's leaving: nothing to report to anyone
     except Exception as exc:
         logger.error(

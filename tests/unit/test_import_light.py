@@ -37,8 +37,8 @@ NOT_FOR_IMPORT = (
 )
 
 # Serving needs aiohttp (stubs), uvicorn (which itself brings click) and msgpack, but none of
-# these: they build, deploy or export chains, make sync calls only, trace (when it is off) or
-# draw traces.
+# these: they build, deploy or export chains, make sync calls only, trace (when it is off),
+# draw traces, or (starlette) give a closed WebSocket its Truss-compatible exception.
 NOT_FOR_SERVING = (
     "chains.cli",
     "chains.deploy",
@@ -51,6 +51,7 @@ NOT_FOR_SERVING = (
     "jinja2",
     "opentelemetry",
     "rich",
+    "starlette",
     "yaml",
 )
 
