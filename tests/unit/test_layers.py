@@ -20,7 +20,6 @@ LAYERS: dict[str, int] = {
             "chains",
             "chains.__main__",
             "chains.cli",
-            "chains.cli_call",
             "chains.scaffold",
             "chains.watch",
             "chains.ui",

@@ -1,0 +1,295 @@
+"""Commands on a pushed chain: ``status``, ``restart``, ``logs``, ``call`` and ``stop``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from chains import terminal
+from chains.cli.group import DEFAULT_CALL_TIMEOUT_SEC, fail, guarded, main
+from chains.errors import ChainsError, ChainsUsageError
+from chains.targets import is_alive
+
+
+def _uptime(started_at: float) -> str:
+    if not started_at:
+        return "-"
+    seconds = int(time.time() - started_at)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
+def status(name: str | None, as_json: bool) -> None:
+    """Show every chain, or one chain's chainlets with their state, restarts and uptime.
+
+    \b
+    Examples:
+      chains status
+      chains status my-chain --json
+    """
+    from chains.deploy import find_state
+    from chains.targets.state import list_chains, same_process
+
+    if name is None:
+        names = list_chains()
+        if not names:
+            from chains.targets.state import chains_home
+
+            click.echo(
+                f"no chains are running in {chains_home()}; start one with `chains push FILE` "
+                f"(chains keep their state in the folder they were pushed from: run this there, or "
+                f"set CHAINS_HOME to that folder's .chains)"
+            )
+            return
+        for chain_name in names:
+            try:
+                state = find_state(chain_name)
+            except ChainsError as exc:
+                click.echo(f"{chain_name}  unreadable  ({exc}); `chains stop {chain_name}` cleans up")
+                continue
+            ready = sum(p.state == "ready" for p in state.processes)
+            health = _health(state) if is_alive(state) else "stale (supervisor gone)"
+            click.echo(
+                f"{state.chain}  {health}  {ready}/{len(state.processes)} ready  {state.entrypoint_url}"
+            )
+        return
+    state = guarded(lambda: find_state(name))
+    if as_json:
+        click.echo(state.model_dump_json(indent=2))
+        return
+    if not is_alive(state):
+        click.echo(
+            f"chain {name!r} is stale: its supervisor is gone and its processes are not supervised; "
+            f"run `chains stop {name}` to clean up, or push it again",
+            err=True,
+        )
+    failed = _failed_chainlets(state)
+    if failed and is_alive(state):
+        click.echo(
+            f"chain {name!r} is degraded: {', '.join(failed)} failed for good and "
+            f"{'is' if len(failed) == 1 else 'are'} not running; bring "
+            f"{'it' if len(failed) == 1 else 'them'} back with `chains restart {name}"
+            f"{' ' + failed[0] if len(failed) == 1 else ''}`",
+            err=True,
+        )
+    rows: list[tuple[str, ...]] = [("CHAINLET", "URL", "PID", "STATE", "RESTARTS", "UPTIME")]
+    for p in state.processes:
+        # Other targets report their processes' health in the state itself.
+        alive = same_process(p.pid, p.identity) if state.target == "local" else p.state == "ready"
+        shown = p.state if alive or p.state in ("failed", "stopped", "restarting") else "gone"
+        rows.append(
+            (
+                p.chainlet + (f"[{p.replica}]" if len(state.replicas(p.chainlet)) > 1 else ""),
+                p.url,
+                str(p.pid or "-"),
+                shown,
+                str(p.restarts),
+                _uptime(p.started_at) if alive else "-",
+            )
+        )
+    batching = [_batching(p.url) if p.state == "ready" else None for p in state.processes]
+    if any(b is not None for b in batching):
+        rows = [(*r, b or "-") for r, b in zip(rows, ["BATCHING", *batching], strict=True)]
+    click.echo(f"chain {state.chain!r} (target {state.target}, entrypoint {state.entrypoint_url})")
+    click.echo(terminal.table(rows, terminal=terminal.is_terminal(), state_column=3))
+
+
+def _batching(url: str) -> str | None:
+    """The queue and mean batch size of a batched chainlet, read from its /metrics."""
+    import httpx
+
+    from chains.metrics import batching_summary
+    from chains.wire import METRICS
+
+    try:
+        response = httpx.get(url.rstrip("/") + METRICS, timeout=0.5)
+    except httpx.HTTPError:
+        return None
+    return batching_summary(response.text) if response.status_code == 200 else None
+
+
+def _failed_chainlets(state: Any) -> list[str]:
+    """The chainlets of ``state`` with a replica that failed for good."""
+    return sorted({p.chainlet for p in state.processes if p.state == "failed"})
+
+
+def _health(state: Any) -> str:
+    failed = _failed_chainlets(state)
+    return f"degraded ({', '.join(failed)} failed)" if failed else "running"
+
+
+@main.command()
+@click.argument("name")
+@click.argument("chainlet", required=False)
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for readiness.")
+def restart(name: str, chainlet: str | None, timeout: float) -> None:
+    """Restart chain NAME's CHAINLET (or every chainlet) without a re-push.
+
+    A chainlet that failed for good starts afresh; one that runs gets new processes, swapped
+    in once they are ready, so calls keep being answered.
+
+    \b
+    Examples:
+      chains restart mychain Formatter
+      chains restart mychain
+    """
+    from chains.deploy import find_state, restart_chain
+
+    state = guarded(lambda: find_state(name))
+    if chainlet is not None and chainlet not in state.chainlet_names():
+        fail(
+            f"error: chain {name!r} has no chainlet {chainlet!r}; it has: {', '.join(state.chainlet_names())}"
+        )
+    restarted = guarded(lambda: restart_chain(state, chainlet, timeout))
+    click.echo(f"restarted {', '.join(restarted)} of chain {name!r}; all ready")
+
+
+@main.command()
+@click.argument("name")
+@click.argument("chainlet", required=False)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("-n", "--lines", type=int, default=100, show_default=True, help="Lines to show per log.")
+def logs(name: str, chainlet: str | None, follow: bool, lines: int) -> None:
+    """Print the logs of a chain's chainlets (all, or one); a stopped chain's too.
+
+    \b
+    Examples:
+      chains logs my-chain
+      chains logs my-chain Entry -f
+    """
+    from chains.deploy import find_state
+    from chains.targets import running_target
+
+    try:
+        state = find_state(name)
+    except ChainsUsageError:
+        _stopped_logs(name, chainlet, lines)
+        return
+    except ChainsError as exc:
+        fail(f"error: {exc}")
+    if chainlet is not None and chainlet not in state.chainlet_names():
+        fail(
+            f"error: chain {name!r} has no chainlet {chainlet!r}; it has: {', '.join(state.chainlet_names())}"
+        )
+    printed = False
+    try:
+        for line in running_target(state.target).logs(state, chainlet, follow, lines):
+            printed = True
+            click.echo(line)
+    except KeyboardInterrupt:
+        return
+    except ChainsError as exc:  # e.g. the docker target's engine does not answer
+        fail(f"error: {exc}")
+    if not printed:
+        click.echo(f"(no log lines yet for chain {name!r})", err=True)
+
+
+def _stopped_logs(name: str, chainlet: str | None, lines: int) -> None:
+    """The logs a stopped chain left behind, said to be a stopped chain's."""
+    from chains.targets.logs import follow_files
+    from chains.targets.state import chain_dir, iter_logs
+
+    paths = guarded(lambda: list(iter_logs(name)))
+    if chainlet is not None:
+        paths = [p for p in paths if p.stem == chainlet or p.stem.startswith(f"{chainlet}-")]
+    if not paths:
+        fail(f"error: no chain named {name!r} is running, and none left logs in {chain_dir(name).parent}")
+    click.echo(f"chain {name!r} is not running; its last logs ({paths[0].parent}):", err=True)
+    for line in follow_files(paths, lines, follow=False):
+        click.echo(line)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--json", "json_args", metavar="ARGS", help="The arguments as a JSON object.")
+@click.option(
+    "--file", "args_file", type=click.Path(dir_okay=False), help="A file holding the JSON arguments."
+)
+@click.option("--api-key", envvar="CHAINS_API_KEY", help="The entrypoint's API key, if it has one.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=DEFAULT_CALL_TIMEOUT_SEC,
+    show_default=True,
+    help="Give up when the chain is silent this many seconds (a stream: between items).",
+)
+def call(
+    name: str, json_args: str | None, args_file: str | None, api_key: str | None, timeout: float
+) -> None:
+    """Call chain NAME's entrypoint and print the answer; streams print as they arrive.
+
+    A WebSocket entrypoint gets each line of stdin as a message; its replies print as they
+    arrive.
+
+    \b
+    Examples:
+      chains call my-chain --json '{"text": "hello"}'
+      chains call my-chain --file args.json --timeout 600
+    """
+    from chains.cli.calling import CallFailed, call_entrypoint, converse_with_entrypoint
+    from chains.deploy import find_state
+    from chains.streaming import kind_named
+
+    state = guarded(lambda: find_state(name))
+    if json_args is not None and args_file is not None:
+        fail("error: give the arguments with --json or --file, not both")
+    text = Path(args_file).read_text() if args_file else (json_args or "{}")
+    try:
+        arguments = json.loads(text)
+    except ValueError as exc:
+        fail(f"error: the arguments are not valid JSON: {exc}")
+    if not isinstance(arguments, dict):
+        fail('error: the arguments must be a JSON object, e.g. --json \'{"prompt": "hi"}\'')
+    if not is_alive(state):
+        fail(f"error: chain {name!r} is stale (its supervisor is gone); push it again")
+    kind = guarded(lambda: kind_named(state.entrypoint_kind))
+    try:
+        if kind.is_socket:  # a conversation: stdin's lines go out, the replies print as they come
+            asyncio.run(converse_with_entrypoint(state.entrypoint_url, api_key=api_key))
+            return
+        asyncio.run(call_entrypoint(state.entrypoint_url, arguments, kind, api_key=api_key, timeout=timeout))
+    except CallFailed as exc:
+        from chains.source_map import to_user_files
+
+        failed = _failed_chainlets(guarded(lambda: find_state(name)))
+        hint = f"\n{', '.join(failed)} failed for good: `chains restart {name}`" if failed else ""
+        text = to_user_files(str(exc), Path(state.source).parent) if state.source else str(exc)
+        fail(f"error: {text}{hint}")
+
+
+@main.command()
+@click.argument("name")
+@click.option(
+    "--grace",
+    type=float,
+    default=None,
+    help="Seconds to drain before killing (default: the chainlets' own drain period and 5 s).",
+)
+def stop(name: str, grace: float | None) -> None:
+    """Stop chain NAME: drain its chainlets, then stop them; nothing is left running.
+
+    \b
+    Examples:
+      chains stop my-chain
+      chains stop my-chain --grace 60
+    """
+    from chains.deploy import stop_chain
+
+    stopped = guarded(lambda: stop_chain(name, grace))
+    if not stopped:
+        click.echo(f"nothing of chain {name!r} was running; removed its leftover state")
+        return
+    count = sum(len(state.processes) for state in stopped)
+    extra = f" in {len(stopped)} deployments" if len(stopped) > 1 else ""
+    click.echo(f"stopped chain {name!r} ({count} process(es){extra})")
