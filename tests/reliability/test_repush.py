@@ -24,7 +24,7 @@ import httpx
 from chains.deploy import push_chain
 from chains.loader import load_chain
 from chains.streaming import SSE
-from chains.targets import PushOptions
+from chains.targets import PushOptions, is_alive
 from chains.targets.local import control
 from chains.targets.state import chain_dir, read_state
 from tests.helpers import wait_until
@@ -186,10 +186,10 @@ def test_repush_after_a_supervisor_death_keeps_the_entrypoints_port(chains_home:
         for process in before.processes:
             if process.pid:
                 os.kill(process.pid, signal.SIGKILL)
-        wait_until(lambda: not read_state("orphaned").alive, 10, "the deployment seen as dead")
+        wait_until(lambda: not is_alive(read_state("orphaned")), 10, "the deployment seen as dead")
         repush("orphaned", "UnaryEntry")
         after = read_state("orphaned")
-        assert after.alive and after.deployment != before.deployment
+        assert is_alive(after) and after.deployment != before.deployment
         assert after.entrypoint_url == chain.entrypoint_url
         answer = httpx.post(chain.entrypoint_url + "/run_remote", json={"x": 21}, timeout=10)
         assert answer.status_code == 200 and answer.json() == 42
