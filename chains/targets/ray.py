@@ -16,6 +16,13 @@ What maps to what:
 
 Replicas, their nodes and their logs are read through Ray's dashboard API, which the head
 node serves (``ray start --head`` starts it unless told not to).
+
+When Serve's proxy serves HTTPS (Serve started with ``http_options`` ``ssl_certfile`` and
+``ssl_keyfile``), the chainlets call their dependencies at ``https://`` URLs, so that the
+chain's token does not cross the network in clear from a replica on another node.
+``CHAINS_RAY_PROXY_CA_FILE``, set when pushing, names the PEM certificate of the authority
+that issued the proxy's certificate: it travels with the chain's code, and the chainlets
+trust it alone for the proxy (``CHAINS_TLS_CA_FILE``); without it they trust the system's.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import math
 import os
 import secrets
 import shutil
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -55,8 +63,14 @@ from chains.targets.state import (
     write_private,
 )
 from chains.targets.wiring import DEFAULT_GRACE_SEC
+from chains.tls import CA_FILE_ENV, client_context
 
-__all__ = ["RayTarget", "ReplicaInfo", "replicas"]
+__all__ = ["PROXY_CA_ENV", "RayTarget", "ReplicaInfo", "replicas"]
+
+PROXY_CA_ENV = "CHAINS_RAY_PROXY_CA_FILE"
+# Where the proxy's authority goes in the generated folder, which is every replica's working
+# directory on every node (relative, as that directory's path differs from node to node).
+_PROXY_CA_NAME = "proxy-ca.pem"
 
 _HTTP_TIMEOUT = 10.0
 _POLL_SEC = 0.5
@@ -119,8 +133,8 @@ def route_prefix(chain: str, chainlet: str) -> str:
     return "/" + "/".join(urllib.parse.quote(part, safe="") for part in (chain, chainlet))
 
 
-def _get_json(url: str, timeout: float = _HTTP_TIMEOUT) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def _get_json(url: str, timeout: float = _HTTP_TIMEOUT, context: ssl.SSLContext | None = None) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
         return json.loads(response.read())
 
 
@@ -160,6 +174,7 @@ def replicas(dashboard_url: str, apps: Mapping[str, str]) -> list[ReplicaInfo]:
 
 def _proxy_url(details: Mapping[str, Any]) -> str:
     options = details.get("http_options") or {}
+    scheme = "https" if options.get("ssl_certfile") else "http"
     host = str(options.get("host") or "")
     port = int(options.get("port") or 8000)
     if host in ("", "0.0.0.0", "::"):
@@ -171,7 +186,35 @@ def _proxy_url(details: Mapping[str, Any]) -> str:
                 "Serve runs no HTTP proxy on this cluster; start Serve with HTTP enabled"
             )
         host = ips[0]
-    return f"http://{host}:{port}"
+    return f"{scheme}://{host}:{port}"
+
+
+def _proxy_ca(generated_dir: Path) -> str | None:
+    """Copy the proxy's authority named by ``$CHAINS_RAY_PROXY_CA_FILE`` beside the chain's
+    code; its path relative to the replicas' working directory, or None when unset."""
+    given = os.environ.get(PROXY_CA_ENV)
+    if not given:
+        return None
+    try:
+        pem = Path(given).read_bytes()
+    except OSError as exc:
+        raise ChainsUsageError(
+            f"{PROXY_CA_ENV}={given!r} cannot be read ({exc.strerror or exc}): it must name the PEM "
+            "certificate of the authority that issued the certificate of Serve's proxy"
+        ) from None
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise ChainsUsageError(f"{PROXY_CA_ENV}={given!r} holds no PEM certificate")
+    (generated_dir / _PROXY_CA_NAME).write_bytes(pem)
+    return _PROXY_CA_NAME
+
+
+def _proxy_context(state: ChainState, proxy_url: str) -> ssl.SSLContext | None:
+    """What this process verifies an HTTPS proxy with: the authority the chain was pushed
+    with (its copy beside the deployment's code), else the system's (None)."""
+    copy = chain_dir(state.chain) / "deployments" / state.deployment / "generated" / _PROXY_CA_NAME
+    if not proxy_url.startswith("https://") or not copy.exists():
+        return None
+    return client_context(copy)
 
 
 def _actor_options(spec: ChainletSpec) -> dict[str, Any]:
@@ -218,10 +261,12 @@ def _grace(spec: ChainletSpec) -> float:
 
 
 def _environment(
-    chain: Chain, spec: ChainletSpec, token: str, proxy_url: str, options: RayOptions
+    chain: Chain, spec: ChainletSpec, token: str, proxy_url: str, options: RayOptions, proxy_ca: str | None
 ) -> dict[str, str]:
     env = chainlet_environment(chain, spec, token, options, "ray")
     env["CHAINS_GRACE_SEC"] = f"{_grace(spec):g}"
+    if proxy_ca is not None:
+        env[CA_FILE_ENV] = proxy_ca
     dependencies = sorted({dep.name for dep in spec.dependencies})
     if dependencies:
         urls = {name: [proxy_url + route_prefix(chain.name, name)] for name in dependencies}
@@ -304,6 +349,7 @@ class RayTarget:
         generated_dir = deploy_dir / "generated"
         result = generate(chain, source_file, generated_dir)
         token = _previous_token(previous) or secrets.token_urlsafe(32)
+        proxy_ca = _proxy_ca(generated_dir)
         # The generated code travels with the connection: Ray packs the folder, keeps it in the
         # cluster and unpacks it on each node as its replicas' working directory.
         # A re-push without --address (--watch's, say) goes where the running deployment is.
@@ -316,8 +362,16 @@ class RayTarget:
             # on the head, reachable from the other nodes, whose replicas call through it.
             serve.start(proxy_location="HeadOnly", http_options={"host": "0.0.0.0"})
             proxy = _proxy_url(_serve_details(dashboard))
+            if proxy_ca is not None and not proxy.startswith("https://"):
+                raise ChainsUsageError(
+                    f"{PROXY_CA_ENV} is set but Serve's proxy serves plain HTTP ({proxy}): start Serve "
+                    "with http_options ssl_certfile and ssl_keyfile (docs/deploy.md, Ray), or unset it"
+                )
             apps = {spec.name: app_name(chain.name, spec.name) for spec in chain.chainlets}
-            envs = {spec.name: _environment(chain, spec, token, proxy, options) for spec in chain.chainlets}
+            envs = {
+                spec.name: _environment(chain, spec, token, proxy, options, proxy_ca)
+                for spec in chain.chainlets
+            }
             deployment = Deployment(
                 chain=chain.name,
                 id=deploy_dir.name,
@@ -417,8 +471,9 @@ class RayTarget:
         if record is None:
             return False
         try:
-            routes = _get_json(f"{record.proxy_url}/-/routes", timeout=5.0)
-        except (urllib.error.URLError, OSError, ValueError):
+            context = _proxy_context(state, record.proxy_url)
+            routes = _get_json(f"{record.proxy_url}/-/routes", timeout=5.0, context=context)
+        except (urllib.error.URLError, OSError, ValueError, ChainsUsageError):
             return False
         return isinstance(routes, dict) and route_prefix(state.chain, state.entrypoint) in routes
 

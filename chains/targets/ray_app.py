@@ -20,6 +20,7 @@ from ray import serve
 from chains.server.app import ChainletApp
 from chains.server.asgi import Message, Receive, Scope, Send
 from chains.server.serve import configure_logging
+from chains.tls import CA_FILE_ENV
 
 __all__ = ["ChainletDeployment", "MountedApp"]
 
@@ -117,6 +118,10 @@ class ChainletDeployment:
         # This process is this replica's alone (a Ray actor): its environment is the
         # chainlet's, as it would be in a process or container of its own.
         os.environ.update(env)
+        # The proxy's authority travels in the chain's folder, whose path differs per node.
+        ca_file = env.get(CA_FILE_ENV)
+        if ca_file and not os.path.isabs(ca_file):
+            os.environ[CA_FILE_ENV] = str(Path.cwd() / ca_file)
         self.chainlet_app: ChainletApp | None = None
 
     def __serve_build_asgi_app__(self) -> MountedApp:

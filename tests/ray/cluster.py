@@ -9,7 +9,11 @@ Ray's TLS is on (``RAY_USE_TLS=1``): the certificates are made by chains
 (:func:`chains.targets.certificates.write_node_certificates`, an authority of the cluster's
 own in ``DIR/tls``, one certificate naming both node addresses), and every Ray process, the
 nodes' and each driver's (:attr:`RayCluster.env`), is started with them.
-``CHAINS_TEST_RAY_TLS=0`` starts the cluster without TLS (to compare, by hand).
+Serve's proxy serves HTTPS with the head's certificate of that authority, so that a chainlet
+on the worker calls its dependencies through the proxy, with the chain's token, in TLS;
+drivers get ``CHAINS_RAY_PROXY_CA_FILE`` (the chainlets trust the authority for the proxy) and
+``SSL_CERT_FILE`` (``chains call`` and ``chains status`` trust it). ``CHAINS_TEST_RAY_TLS=0``
+starts the cluster without TLS, proxy included (to compare, by hand).
 
 From a shell::
 
@@ -24,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -33,6 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from chains.targets.certificates import write_node_certificates
+from chains.targets.ray import PROXY_CA_ENV
+from chains.tls import client_context
 from tests.helpers import unique_port
 
 HEAD_IP = "127.0.0.2"
@@ -43,6 +50,15 @@ CPUS_PER_NODE = 4
 OBJECT_STORE_BYTES = 100 * 2**20
 START_TIMEOUT = 120.0
 STOP_GRACE = 15.0
+# `serve start` takes no TLS options; Serve's Python API does (http_options' ssl_*file).
+_SERVE_START = """
+import json, sys
+import ray
+from ray import serve
+options = json.loads(sys.argv[1])
+ray.init(address=options.pop("address"), namespace="serve", logging_level="ERROR")
+serve.start(proxy_location="HeadOnly", http_options=options)
+"""
 
 
 def _ray() -> str:
@@ -76,7 +92,14 @@ class RayCluster:
     @property
     def env(self) -> dict[str, str]:
         """What a driver (``chains push``, ``ray``, ``serve``) of this cluster is run with."""
-        return {"RAY_ADDRESS": self.address, **self.tls_env}
+        env = {"RAY_ADDRESS": self.address, **self.tls_env}
+        if self.tls_env:
+            env[PROXY_CA_ENV] = env["SSL_CERT_FILE"] = self.tls_env["RAY_TLS_CA_CERT"]
+        return env
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """What a client of the proxy verifies it with: the cluster's authority (None without TLS)."""
+        return client_context(Path(self.tls_env["RAY_TLS_CA_CERT"])) if self.tls_env else None
 
     @property
     def client_address(self) -> str:
@@ -85,7 +108,7 @@ class RayCluster:
 
     @property
     def proxy_url(self) -> str:
-        return f"http://{HEAD_IP}:{self.serve_port}"
+        return f"{'https' if self.tls_env else 'http'}://{HEAD_IP}:{self.serve_port}"
 
     @property
     def dashboard_url(self) -> str:
@@ -200,13 +223,13 @@ class RayCluster:
     def _start_serve(self) -> None:
         # One proxy, on the head: a proxy per node would have both bind the same port here.
         env = dict(os.environ, **self.env)
-        serve = str(Path(sys.executable).with_name("serve"))
+        options: dict[str, object] = {"address": self.address, "host": HEAD_IP, "port": self.serve_port}
+        if self.tls_env:
+            # The head's certificate names its address, which the chainlets call the proxy at.
+            options["ssl_certfile"] = self.tls_env["RAY_TLS_SERVER_CERT"]
+            options["ssl_keyfile"] = self.tls_env["RAY_TLS_SERVER_KEY"]
         done = subprocess.run(
-            [
-                serve, "start", "--address", self.address,
-                "--http-host", HEAD_IP, "--http-port", str(self.serve_port),
-                "--proxy-location", "HeadOnly",
-            ],
+            [sys.executable, "-c", _SERVE_START, json.dumps(options)],
             capture_output=True, text=True, timeout=START_TIMEOUT, env=env, check=False,
         )  # fmt: skip
         if done.returncode != 0:

@@ -1,5 +1,6 @@
 """The ray target's pieces that need no cluster: what ``Compute`` becomes in Serve's options,
-and the wrapper that serves a chainlet app under Serve's route prefix."""
+the proxy's URL and authority, and the wrapper that serves a chainlet app under Serve's
+route prefix."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import pytest
 
 import chains
 from chains.checks import chainlet_spec
+from chains.errors import ChainsUsageError
 from chains.server.serve import create_app
 from chains.server.settings import ServerSettings
 from chains.streaming.writer import WriterChunk
-from chains.targets.ray import deployment_options, route_prefix
+from chains.targets.certificates import ChainAuthority
+from chains.targets.ray import PROXY_CA_ENV, _proxy_ca, _proxy_url, deployment_options, route_prefix
 from tests import helpers
 from tests.ray.conftest import SAMPLES, unavailable
 
@@ -82,6 +85,39 @@ def test_autoscale_becomes_serves_autoscaling_config() -> None:
 def test_route_prefixes_quote_what_a_url_path_cannot_hold() -> None:
     assert route_prefix("demo", "Entry") == "/demo/Entry"
     assert route_prefix("my chain/2", "Entry") == "/my%20chain%2F2/Entry"
+
+
+def test_the_proxy_is_called_over_https_when_serve_serves_tls() -> None:
+    proxies = {"proxies": {"n1": {"node_ip": "10.0.0.5"}}}
+    plain = {"http_options": {"host": "0.0.0.0", "port": 8000}, **proxies}
+    assert _proxy_url(plain) == "http://10.0.0.5:8000"
+    tls = {"http_options": {"host": "10.0.0.5", "port": 8443, "ssl_certfile": "/x/proxy.pem"}}
+    assert _proxy_url(tls) == "https://10.0.0.5:8443"
+
+
+def test_the_proxys_authority_travels_with_the_chains_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    generated = tmp_path / "generated"
+    generated.mkdir()
+    monkeypatch.delenv(PROXY_CA_ENV, raising=False)
+    assert _proxy_ca(generated) is None
+    assert not list(generated.iterdir())
+
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(ChainAuthority.create("ray cluster").cert_pem)
+    monkeypatch.setenv(PROXY_CA_ENV, str(ca))
+    relative = _proxy_ca(generated)
+    assert relative is not None and not Path(relative).is_absolute()
+    assert (generated / relative).read_bytes() == ca.read_bytes()
+
+    monkeypatch.setenv(PROXY_CA_ENV, str(tmp_path / "missing.pem"))
+    with pytest.raises(ChainsUsageError, match=f"{PROXY_CA_ENV}=.*missing.pem.* cannot be read"):
+        _proxy_ca(generated)
+    (tmp_path / "notes.txt").write_text("not a certificate")
+    monkeypatch.setenv(PROXY_CA_ENV, str(tmp_path / "notes.txt"))
+    with pytest.raises(ChainsUsageError, match="holds no PEM certificate"):
+        _proxy_ca(generated)
 
 
 async def _serve(

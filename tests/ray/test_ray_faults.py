@@ -60,6 +60,7 @@ def test_stopping_a_node_under_16_callers_fails_no_call_and_serve_restores_the_r
             str(pushed["entrypoint_url"]),
             name="Front",
             options=StubOptions(retries=3, timeout_sec=CALL_TIMEOUT_SEC),
+            ssl_context=ray_cluster.ssl_context(),
         )
         try:
             while not done.is_set():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 import urllib.request
 from collections.abc import Callable
@@ -35,7 +36,8 @@ def _record(home: Path, chain: str) -> dict[str, object]:
 
 
 def _routes(cluster: RayCluster) -> dict[str, str]:
-    with urllib.request.urlopen(f"{cluster.proxy_url}/-/routes", timeout=10) as response:
+    url = f"{cluster.proxy_url}/-/routes"
+    with urllib.request.urlopen(url, timeout=10, context=cluster.ssl_context()) as response:
         routes: dict[str, str] = json.loads(response.read())
     return routes
 
@@ -46,7 +48,9 @@ def _token(home: Path, chain: str) -> str:
     return str(deployment["chainlets"][0]["env"]["CHAINS_INTERNAL_TOKEN"])
 
 
-def _calls_during(action: Callable[[], object], url: str) -> tuple[int, list[str]]:
+def _calls_during(
+    action: Callable[[], object], url: str, verify: ssl.SSLContext | None
+) -> tuple[int, list[str]]:
     """Call the streaming example's entrypoint over and over while ``action`` runs; how many
     calls were made, and what went wrong with any."""
     stop = threading.Event()
@@ -55,7 +59,7 @@ def _calls_during(action: Callable[[], object], url: str) -> tuple[int, list[str
 
     def caller() -> None:
         nonlocal calls
-        with httpx.Client(timeout=30) as client:
+        with httpx.Client(timeout=30, verify=verify or True) as client:
             while not stop.is_set():
                 try:
                     answer = client.post(url + "/run_remote", json={"prompt": "still here", "max_tokens": 2})
@@ -87,14 +91,24 @@ def _cli_call(cli: helpers.Cli, chain: str, arguments: dict[str, object], *extra
 
 
 def _streams(
-    file: Path, url: str, arguments: list[dict[str, object]], api_key: str | None = None
+    file: Path,
+    url: str,
+    arguments: list[dict[str, object]],
+    api_key: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> list[list[object]]:
     """Each call's stream, read item by item by a typed client of the chain's entrypoint."""
     endpoint = load_chain(file).entrypoint.endpoint
     client_cls = type("EntryClient", (StubBase,), {"endpoint": endpoint})
 
     async def run() -> list[list[object]]:
-        client = client_cls(url, name=endpoint.chainlet, options=StubOptions(timeout_sec=60), token=api_key)
+        client = client_cls(
+            url,
+            name=endpoint.chainlet,
+            options=StubOptions(timeout_sec=60),
+            token=api_key,
+            ssl_context=ssl_context,
+        )
         try:
             return [[item async for item in client.stream_remote(**args)] for args in arguments]
         finally:
@@ -119,7 +133,9 @@ def test_the_streaming_example_streams_on_two_nodes_as_on_the_local_target(
         {"prompt": ""},
     ]
     try:
-        on_ray = _streams(STREAMING, pushed["entrypoint_url"], arguments)
+        on_ray = _streams(
+            STREAMING, pushed["entrypoint_url"], arguments, ssl_context=ray_cluster.ssl_context()
+        )
         on_local = _streams(STREAMING, local_url, arguments)
         printed_locally = _cli_call(local, "streaming", arguments[0])
     finally:
@@ -133,7 +149,9 @@ def test_the_streaming_example_streams_on_two_nodes_as_on_the_local_target(
     # are served throughout.
     token = _token(cli.home, "streaming")
     del cli.env["RAY_ADDRESS"]
-    calls, failed = _calls_during(lambda: cli.push(str(STREAMING)), pushed["entrypoint_url"])
+    calls, failed = _calls_during(
+        lambda: cli.push(str(STREAMING)), pushed["entrypoint_url"], ray_cluster.ssl_context()
+    )
     assert _record(cli.home, "streaming")["address"] == ray_cluster.client_address
     assert _token(cli.home, "streaming") == token
     assert calls > 0 and failed == [], failed
@@ -187,7 +205,9 @@ def test_a_chain_of_three_runs_its_middle_on_both_nodes_and_answers_as_locally(
     ]
     arguments: list[dict[str, object]] = [{"text": "one two three"}, {"text": ""}, {"text": "a " * 50}]
     try:
-        on_ray = _streams(RELAY, pushed["entrypoint_url"], arguments, api_key=key)
+        on_ray = _streams(
+            RELAY, pushed["entrypoint_url"], arguments, api_key=key, ssl_context=ray_cluster.ssl_context()
+        )
         on_local = _streams(RELAY, local_url, arguments, api_key=key)
         failed_locally = local.run(
             "call", "ray-relay", "--json", '{"text": "please fail"}', "--api-key", key, check=False
@@ -221,7 +241,7 @@ def test_a_chain_of_three_runs_its_middle_on_both_nodes_and_answers_as_locally(
         next((cli.home / "ray-relay" / "deployments").glob("*/deployment.json")).read_text()
     )
     token = deployment["chainlets"][0]["env"]["CHAINS_INTERNAL_TOKEN"]
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, verify=ray_cluster.ssl_context() or True) as client:
         front = f"{proxy}/ray-relay/Front/run_remote"
         assert client.post(front, json={"text": "x"}).status_code == 401
         assert (
