@@ -23,7 +23,7 @@ import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,21 +97,7 @@ class SpanRecord:
 
     def to_json(self) -> dict[str, Any]:
         """Plain data, for a JSON answer."""
-        return {
-            "trace_id": self.trace_id,
-            "span_id": self.span_id,
-            "parent_id": self.parent_id,
-            "name": self.name,
-            "service": self.service,
-            "kind": self.kind,
-            "start_ns": self.start_ns,
-            "end_ns": self.end_ns,
-            "duration_ms": self.duration_ms,
-            "status": self.status,
-            "status_message": self.status_message,
-            "attributes": self.attributes,
-            "events": self.events,
-        }
+        return {**asdict(self), "duration_ms": self.duration_ms}
 
 
 @dataclass(frozen=True)
@@ -132,17 +118,7 @@ class TraceSummary:
         return (self.end_ns - self.start_ns) / 1e6
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "trace_id": self.trace_id,
-            "request_id": self.request_id,
-            "start_ns": self.start_ns,
-            "end_ns": self.end_ns,
-            "duration_ms": self.duration_ms,
-            "spans": self.spans,
-            "errors": self.errors,
-            "services": list(self.services),
-            "root": self.root,
-        }
+        return {**asdict(self), "services": list(self.services), "duration_ms": self.duration_ms}
 
 
 def store_path(chain_folder: Path) -> Path:
