@@ -466,15 +466,8 @@ class DockerTarget:
 
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(containers)))) as pool:
             problems = [p for p in pool.map(remove, containers) if p]
-        for network in engine.client.networks.list(
-            filters={"label": f"chains.deployment={state.deployment}"}
-        ):
-            try:
-                network.remove()
-            except engine.errors.NotFound:
-                pass
-            except engine.errors.DockerException as exc:
-                problems.append(f"network {network.name}: {exc}")
+        networks = engine.client.networks.list(filters={"label": f"chains.deployment={state.deployment}"})
+        problems += engine.remove_each(networks, "network")
         if problems:
             raise ChainsRuntimeError(
                 f"chain {state.chain!r} was not fully removed:\n  " + "\n  ".join(problems)

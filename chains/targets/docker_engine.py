@@ -14,7 +14,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -118,6 +118,19 @@ class Engine:
     @property
     def errors(self) -> Any:
         return self.sdk.errors
+
+    def remove_each(self, objects: Iterable[Any], what: str) -> list[str]:
+        """Remove each of ``objects`` (networks, secrets): one already gone is fine, any other
+        failure becomes a line naming ``what`` and the object, for the caller to report."""
+        problems = []
+        for item in objects:
+            try:
+                item.remove()
+            except self.errors.NotFound:
+                pass
+            except self.errors.DockerException as exc:
+                problems.append(f"{what} {item.name}: {exc}")
+        return problems
 
     def cpu_count(self) -> int:
         return int(self.client.info().get("NCPU") or os.cpu_count() or 1)

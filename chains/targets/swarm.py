@@ -561,14 +561,8 @@ class SwarmTarget:
                 f"`chains stop {state.chain}` again once the manager answers"
             ) from None
         self._remove_stack(engine, _Stack.of(state.chain), grace)
-        problems = []
-        for secret in engine.client.secrets.list(filters={"label": f"{LABEL}={state.chain}"}):
-            try:
-                secret.remove()
-            except engine.errors.NotFound:
-                pass
-            except engine.errors.DockerException as exc:
-                problems.append(f"secret {secret.name}: {exc}")
+        secrets = engine.client.secrets.list(filters={"label": f"{LABEL}={state.chain}"})
+        problems = engine.remove_each(secrets, "secret")
         if problems:
             raise ChainsRuntimeError(
                 f"chain {state.chain!r} was not fully removed:\n  " + "\n  ".join(problems)
