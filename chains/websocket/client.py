@@ -27,6 +27,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -153,11 +154,10 @@ async def connect(
     headers = dict(call.headers())
     if authorization:
         headers["authorization"] = authorization
+    dial = _Dial(session, tuple(urls), path, headers, name, retries, timeout_sec, metrics, max_message_bytes)
     traced = tracing.active()
     if traced is None:
-        async with _conversation(
-            session, urls, path, headers, name, retries, timeout_sec, call, metrics, max_message_bytes
-        ) as plain:
+        async with _conversation(dial, call) as plain:
             yield plain
         return
     span = traced.socket(name, call)
@@ -166,9 +166,7 @@ async def connect(
     error: BaseException | None = None
     socket: ClientSocket | None = None
     try:
-        async with _conversation(
-            session, urls, path, headers, name, retries, timeout_sec, call, metrics, max_message_bytes
-        ) as socket:
+        async with _conversation(dial, call) as socket:
             span.target(socket.url)
             yield socket
     except Exception as exc:
@@ -181,27 +179,30 @@ async def connect(
             span.finish(socket.messages_in, socket.messages_out, socket.close_code, error)
 
 
+@dataclass(frozen=True)
+class _Dial:
+    """Where and how to open one conversation: what :func:`connect` was given, fixed for all
+    of the opening's attempts."""
+
+    session: aiohttp.ClientSession
+    urls: tuple[str, ...]
+    path: str
+    headers: dict[str, str]
+    name: str
+    retries: int
+    timeout_sec: float
+    metrics: Metrics | None
+    max_message_bytes: int
+
+
 @asynccontextmanager
-async def _conversation(
-    session: aiohttp.ClientSession,
-    urls: Sequence[str],
-    path: str,
-    headers: dict[str, str],
-    name: str,
-    retries: int,
-    timeout_sec: float,
-    call: CallContext,
-    metrics: Metrics | None,
-    max_message_bytes: int,
-) -> AsyncIterator[ClientSocket]:
-    with DependencyCall(metrics, name) as record:
-        ws = await _open(
-            session, urls, path, headers, name, retries, timeout_sec, call, metrics, max_message_bytes
-        )
+async def _conversation(dial: _Dial, call: CallContext) -> AsyncIterator[ClientSocket]:
+    with DependencyCall(dial.metrics, dial.name) as record:
+        ws = await _open(dial, call)
         try:
             response = getattr(ws, "_response", None)  # the upgrade's answer (aiohttp keeps it private)
             answer = {k.lower(): v for k, v in response.headers.items()} if response is not None else {}
-            socket = ClientSocket(ws, name, answer)
+            socket = ClientSocket(ws, dial.name, answer)
             if response is not None:
                 socket.url = str(response.url)
             yield socket
@@ -217,24 +218,14 @@ async def _close(ws: aiohttp.ClientWebSocketResponse) -> None:
             await ws.close()
 
 
-async def _open(
-    session: aiohttp.ClientSession,
-    urls: Sequence[str],
-    path: str,
-    headers: dict[str, str],
-    name: str,
-    retries: int,
-    timeout_sec: float,
-    call: CallContext,
-    metrics: Metrics | None,
-    max_message_bytes: int,
-) -> aiohttp.ClientWebSocketResponse:
+async def _open(dial: _Dial, call: CallContext) -> aiohttp.ClientWebSocketResponse:
+    urls, name, metrics = dial.urls, dial.name, dial.metrics
     start = random.randrange(len(urls))
     failure = ""
     retry_after: float | None = None
-    for attempt in range(retries + 1):
+    for attempt in range(dial.retries + 1):
         url = urls[(start + attempt) % len(urls)]
-        budget = timeout_sec
+        budget = dial.timeout_sec
         remaining = call.remaining()
         if remaining is not None:
             budget = min(budget, remaining)
@@ -252,12 +243,12 @@ async def _open(
         started = time.monotonic()
         try:
             async with asyncio.timeout(budget):
-                return await session.ws_connect(
-                    url + path,
-                    headers=headers,
+                return await dial.session.ws_connect(
+                    url + dial.path,
+                    headers=dial.headers,
                     protocols=(SUBPROTOCOL,),
                     heartbeat=_HEARTBEAT_SEC,
-                    max_msg_size=max_message_bytes,
+                    max_msg_size=dial.max_message_bytes,
                     timeout=aiohttp.ClientWSTimeout(ws_close=_CLOSE_TIMEOUT_SEC),
                     autoping=True,
                 )
@@ -273,7 +264,7 @@ async def _open(
         except (aiohttp.ClientError, ConnectionError) as exc:
             failure = f"{name} at {url}: {type(exc).__name__}: {exc}"
             retry_after = None
-    error = DependencyUnavailable(f"{failure} (after {retries + 1} attempt(s))")
+    error = DependencyUnavailable(f"{failure} (after {dial.retries + 1} attempt(s))")
     error.retry_after = retry_after
     raise error
 
