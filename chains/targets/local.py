@@ -139,6 +139,10 @@ class _LocalLaunch:
         # The chain's recent traces, kept on this machine (CHAINS_TRACE_STORE=off in push's
         # environment turns that off; OTEL_EXPORTER_OTLP_ENDPOINT adds a collector).
         traces = {STORE_ENV: os.environ.get(STORE_ENV) or str(store_path(home))}
+        envs = {
+            spec.name: {**chainlet_environment(chain, spec, token, options, "local"), **traces}
+            for spec in chain.chainlets
+        }
         deployment = Deployment(
             chain=chain.name,
             id=deploy_dir.name,
@@ -149,17 +153,7 @@ class _LocalLaunch:
             entry_socket_from=entry_socket_from,
             python=self.target.python,
             grace_sec=max(drain_grace(spec) for spec in chain.chainlets) + _EXIT_MARGIN_SEC,
-            chainlets=[
-                DeploymentChainlet(
-                    name=spec.name,
-                    directory=str(generated_dir / spec.name),
-                    replicas=spec.remote_config.compute.replicas,
-                    is_entrypoint=spec is chain.entrypoint,
-                    code_version=versions.get(spec.name, ""),
-                    env={**chainlet_environment(chain, spec, token, options, "local"), **traces},
-                )
-                for spec in chain.chainlets
-            ],
+            chainlets=DeploymentChainlet.all_of(chain, generated_dir, versions, envs),
         )
         logs = home / "logs"
 

@@ -348,6 +348,7 @@ class RayTarget:
         deploy_dir = new_deployment_dir(chain.name)
         generated_dir = deploy_dir / "generated"
         result = generate(chain, source_file, generated_dir)
+        versions = {name: c.code_version for name, c in result.chainlets.items()}
         token = _previous_token(previous) or secrets.token_urlsafe(32)
         proxy_ca = _proxy_ca(generated_dir)
         # The generated code travels with the connection: Ray packs the folder, keeps it in the
@@ -380,17 +381,7 @@ class RayTarget:
                 entrypoint=chain.entrypoint.name,
                 entrypoint_kind=chain.entrypoint.endpoint.output_kind.name,
                 python="",
-                chainlets=[
-                    DeploymentChainlet(
-                        name=spec.name,
-                        directory=str(generated_dir / spec.name),
-                        replicas=spec.remote_config.compute.replicas,
-                        is_entrypoint=spec is chain.entrypoint,
-                        code_version=result.chainlets[spec.name].code_version,
-                        env=envs[spec.name],
-                    )
-                    for spec in chain.chainlets
-                ],
+                chainlets=DeploymentChainlet.all_of(chain, generated_dir, versions, envs),
             )
             write_private(deploy_dir / "deployment.json", deployment.model_dump_json(indent=2))
             record = _Record(_address_of(context, address), dashboard, proxy, apps)

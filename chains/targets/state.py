@@ -23,13 +23,16 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import pydantic
 
 from chains.errors import ChainsUsageError
+
+if TYPE_CHECKING:
+    from chains.model import Chain
 
 T = TypeVar("T")
 
@@ -93,6 +96,30 @@ class DeploymentChainlet(pydantic.BaseModel):
     env: dict[str, str] = pydantic.Field(default_factory=dict, repr=False)
     is_entrypoint: bool = False
     code_version: str = ""
+
+    @classmethod
+    def all_of(
+        cls,
+        chain: Chain,
+        generated_dir: Path,
+        versions: Mapping[str, str],
+        envs: Mapping[str, dict[str, str]],
+    ) -> list[DeploymentChainlet]:
+        """The chain's chainlets, each run from its generated folder with its environment.
+
+        >>> chainlets = DeploymentChainlet.all_of(chain, generated, versions, envs)
+        """
+        return [
+            cls(
+                name=spec.name,
+                directory=str(generated_dir / spec.name),
+                replicas=spec.remote_config.compute.replicas,
+                is_entrypoint=spec is chain.entrypoint,
+                code_version=versions.get(spec.name, ""),
+                env=envs[spec.name],
+            )
+            for spec in chain.chainlets
+        ]
 
 
 class Deployment(pydantic.BaseModel):
