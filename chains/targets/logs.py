@@ -7,37 +7,78 @@ merge the followed logs of several containers or services into one stream.
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["follow_files", "merge_followed"]
+__all__ = ["follow_files", "last_lines", "merge_followed"]
+
+_BLOCK = 64 * 1024
 
 
 def follow_files(paths: list[Path], lines: int, follow: bool) -> Iterator[str]:
     """The last ``lines`` of each file, prefixed with its name when there are several; with
     ``follow``, then every line appended to them, until the caller stops iterating."""
-    handles = []
+
+    def labelled(path: Path, line: str) -> str:
+        return f"{path.stem} | {line}" if len(paths) > 1 else line
+
+    handles: list[tuple[Path, BinaryIO]] = []
     try:
         for path in paths:
-            handle = open(path, errors="replace")  # noqa: SIM115 - kept open while following
-            handles.append((path, handle))
-            for line in handle.read().splitlines()[-lines:]:
-                yield f"{path.stem} | {line}" if len(paths) > 1 else line
+            opened: BinaryIO = open(path, "rb")  # noqa: SIM115 - kept open while following
+            handles.append((path, opened))
+            for line in last_lines(opened, lines, unfinished=not follow):
+                yield labelled(path, line)
         while follow:
             quiet = True
             for path, handle in handles:
-                for line in iter(handle.readline, ""):
+                for raw in iter(handle.readline, b""):
+                    if not raw.endswith(b"\n"):  # a line still being written: wait for its end
+                        handle.seek(-len(raw), os.SEEK_CUR)
+                        break
                     quiet = False
-                    text = line.rstrip("\n")
-                    yield f"{path.stem} | {text}" if len(paths) > 1 else text
+                    yield labelled(path, raw.decode(errors="replace").rstrip("\r\n"))
             if quiet:
                 time.sleep(0.2)
     finally:
         for _, handle in handles:
             handle.close()
+
+
+def last_lines(handle: BinaryIO, count: int, *, unfinished: bool = True) -> list[str]:
+    """The last ``count`` lines of the file ``handle`` reads, leaving it at the file's end.
+
+    Read backwards a block at a time, so showing the end of a large log costs what it shows,
+    not the whole file. With ``unfinished=False``, a last line whose newline is not written
+    yet is left out and the handle left at its start, for a follower to read it whole::
+
+        with open("Generator.log", "rb") as handle:
+            print(last_lines(handle, 20))
+    """
+    end = handle.seek(0, os.SEEK_END)
+    data = b""
+    position = end
+    while position > 0 and data.count(b"\n") <= count:
+        step = min(_BLOCK, position)
+        position -= step
+        handle.seek(position)
+        data = handle.read(step) + data
+    if not unfinished:
+        data = data[: data.rfind(b"\n") + 1]
+    handle.seek(position + len(data))
+    if count <= 0 or not data:
+        return []
+    text = data.decode(errors="replace").split("\n")
+    if text[-1] == "":
+        text.pop()  # the data ends with a newline: no line after it
+    if position > 0:
+        text = text[1:]  # the first piece starts inside a line
+    return [line.rstrip("\r") for line in text[-count:]]
 
 
 def merge_followed(streams: list[tuple[str, Iterator[str]]]) -> Iterator[str]:

@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, quote
 
 import httpx
 
+from chains.errors import ChainsError
 from chains.graph import to_svg
 from chains.server.asgi import (
     BodyTooLarge,
@@ -39,10 +40,11 @@ from chains.server.asgi import (
     send_bytes,
     send_json,
 )
-from chains.targets.state import chain_dir, iter_logs
+from chains.targets import running_target
+from chains.targets.state import chain_dir
 from chains.tracing import store
 from chains.ui.history import MetricsHistory, parse_metrics
-from chains.ui.sources import ChainView, tail
+from chains.ui.sources import ChainView
 from chains.wire import JSON_MEDIA_TYPE, METRICS, REQUEST_ID_HEADER, RUN_REMOTE
 
 __all__ = ["DashboardApp", "is_loopback"]
@@ -307,19 +309,18 @@ class DashboardApp:
             )
             return
 
-        def read() -> list[str]:
-            paths = [
-                p
-                for p in iter_logs(self.view.name)
-                if p.stem == chainlet or p.stem.startswith(f"{chainlet}-")
-            ]
-            out: list[str] = []
-            for path in paths:
-                prefix = f"{path.stem} | " if len(paths) > 1 else ""
-                out += [prefix + line for line in tail(path, lines)]
-            return out[-lines:]
+        state = self.view.state
 
-        await send_json(send, 200, {"chainlet": chainlet, "lines": await asyncio.to_thread(read)})
+        def read() -> list[str]:
+            # Through the chain's target, so a chain on docker, swarm or ray shows its logs too.
+            return list(running_target(state.target).logs(state, chainlet, False, lines))[-lines:]
+
+        try:
+            found = await asyncio.to_thread(read)
+        except ChainsError as exc:
+            await send_json(send, 502, {"detail": f"the logs of {chainlet} cannot be read: {exc}"})
+            return
+        await send_json(send, 200, {"chainlet": chainlet, "lines": found})
 
     async def _openapi(self, scope: Scope, send: Send) -> None:
         assert self._client is not None

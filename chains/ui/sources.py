@@ -5,7 +5,6 @@ descriptors give the graph without importing the chain's code), the logs and the
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from chains.graph import ChainGraph, Edge, Node
 from chains.targets import is_alive
 from chains.targets.state import ChainState, Deployment, chain_dir, same_process
 
-__all__ = ["ChainView", "DeploymentInfo", "graph_of", "read_deployment", "tail"]
+__all__ = ["ChainView", "DeploymentInfo", "graph_of", "read_deployment"]
 
 DESCRIPTOR = "chainlet.json"  # written by the generator into each chainlet's folder
 
@@ -132,20 +131,3 @@ class ChainView:
             "updated_at": state.updated_at,
             "processes": processes,
         }
-
-
-def tail(path: Path, lines: int, max_bytes: int = 64 * 1024) -> list[str]:
-    """The last ``lines`` lines of ``path``, reading at most its last ``max_bytes`` (a log
-    may be large; the page shows its end)."""
-    try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            start = max(0, size - max_bytes)
-            handle.seek(start)
-            data = handle.read()
-    except OSError:
-        return []
-    text = data.decode("utf-8", errors="replace").splitlines()
-    if start > 0 and text:
-        text = text[1:]  # the first line was cut by the seek
-    return text[-lines:] if lines > 0 else []
