@@ -69,7 +69,12 @@ def trace(name: str, request_id: str | None, limit: int, as_json: bool) -> None:
     show_default=True,
     help="A loopback address to listen on; any other is refused (the page is for this machine only).",
 )
-def ui(name: str, port: int, host: str) -> None:
+@click.option(
+    "--api-key",
+    envvar="CHAINS_API_KEY",
+    help="The entrypoint's API key, for a chain on docker or swarm (local and ray chains record theirs).",
+)
+def ui(name: str, port: int, host: str, api_key: str | None) -> None:
     """Serve a web page of running chain NAME on this machine: its graph, states, live
     metrics, traces, logs and a form to call it.
 
@@ -81,6 +86,7 @@ def ui(name: str, port: int, host: str) -> None:
     Examples:
       chains ui my-chain
       chains ui my-chain --port 8765
+      chains ui my-docker-chain --api-key "$KEY"
     """
     from chains.ui.serve import serve_dashboard
 
@@ -89,6 +95,6 @@ def ui(name: str, port: int, host: str) -> None:
         sys.stdout.flush()
 
     try:
-        guarded(lambda: serve_dashboard(name, host, port, announce))
+        guarded(lambda: serve_dashboard(name, host, port, announce, api_key))
     except KeyboardInterrupt:
         return

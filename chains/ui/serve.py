@@ -49,14 +49,20 @@ def dashboard_url(sock: socket.socket, api_key: str | None) -> str:
 
 
 def serve_dashboard(
-    name: str, host: str = "127.0.0.1", port: int = 0, announce: Callable[[str], None] = print
+    name: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    announce: Callable[[str], None] = print,
+    api_key: str | None = None,
 ) -> None:
-    """Serve chain ``name``'s dashboard until interrupted; ``announce`` gets its URL once it listens."""
+    """Serve chain ``name``'s dashboard until interrupted; ``announce`` gets its URL once it
+    listens. ``api_key`` is the entrypoint's key when the chain's target does not record it
+    (docker, swarm)."""
     import uvicorn
 
     sock = bind_loopback(host, port)
     try:
-        view = ChainView(name)
+        view = ChainView(name, api_key)
         app = DashboardApp(view, port=sock.getsockname()[1])
         # A try-it stream still open on Ctrl-C is cut after a moment rather than waited for.
         config = uvicorn.Config(

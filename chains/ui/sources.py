@@ -13,7 +13,7 @@ from chains.deploy import find_state
 from chains.errors import ChainsUsageError
 from chains.graph import ChainGraph, Edge, Node
 from chains.targets import is_alive
-from chains.targets.state import ChainState, Deployment, chain_dir, same_process
+from chains.targets.state import ChainState, Deployment, DeploymentChainlet, chain_dir, same_process
 
 __all__ = ["ChainView", "DeploymentInfo", "graph_of", "read_deployment"]
 
@@ -29,17 +29,47 @@ class DeploymentInfo:
     api_key: str | None
 
 
-def read_deployment(state: ChainState) -> DeploymentInfo:
-    """The deployment ``state`` runs; a clear error when its files are gone or unreadable."""
+def read_deployment(state: ChainState, api_key: str | None = None) -> DeploymentInfo:
+    """The deployment ``state`` runs; a clear error when its files are gone or unreadable.
+
+    The local and ray targets record the deployment (and the entrypoint's API key) in
+    ``deployment.json``; docker and swarm record their replicas in the state only, so their
+    graph is drawn from the state and the descriptors generated beside it, with ``api_key``
+    (what ``chains ui --api-key`` was given) as the key.
+    """
     folder = chain_dir(state.chain) / "deployments" / state.deployment
+    recorded = folder / "deployment.json"
+    if not recorded.exists() and (folder / "generated").is_dir():
+        return DeploymentInfo(state.deployment, graph_of(_from_state(state, folder)), api_key or None)
     try:
-        deployment = Deployment.model_validate_json((folder / "deployment.json").read_text())
+        deployment = Deployment.model_validate_json(recorded.read_text())
     except (OSError, ValueError) as exc:
         raise ChainsUsageError(
             f"cannot read the deployment of chain {state.chain!r} in {folder} ({exc}); push the chain again"
         ) from None
     key = next((c.env.get("CHAINS_API_KEY") for c in deployment.chainlets if c.is_entrypoint), None)
-    return DeploymentInfo(deployment.id, graph_of(deployment), key or None)
+    return DeploymentInfo(deployment.id, graph_of(deployment), key or api_key or None)
+
+
+def _from_state(state: ChainState, folder: Path) -> Deployment:
+    names = state.chainlet_names()
+    return Deployment(
+        chain=state.chain,
+        id=state.deployment,
+        target=state.target,
+        source=state.source,
+        entrypoint=state.entrypoint,
+        python="",
+        chainlets=[
+            DeploymentChainlet(
+                name=name,
+                directory=str(folder / "generated" / name),  # where every target generates
+                replicas=len(state.replicas(name)),
+                is_entrypoint=name == state.entrypoint,
+            )
+            for name in names
+        ],
+    )
 
 
 def graph_of(deployment: Deployment) -> ChainGraph:
@@ -88,16 +118,17 @@ class ChainView:
     """One chain as the dashboard polls it: its current state, and its deployment's
     graph and key, read again whenever a push replaces the deployment."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, api_key: str | None = None) -> None:
         self.name = name
+        self._api_key = api_key
         self.state = find_state(name)
-        self.deployment = read_deployment(self.state)
+        self.deployment = read_deployment(self.state, api_key)
 
     def refresh(self) -> ChainState:
         """The state now; the deployment too when it changed."""
         state = find_state(self.name)
         if state.deployment != self.deployment.id:
-            self.deployment = read_deployment(state)
+            self.deployment = read_deployment(state, self._api_key)
         self.state = state
         return state
 

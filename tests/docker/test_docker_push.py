@@ -25,6 +25,7 @@ from tests.helpers import write_chain
 pytestmark = pytest.mark.docker
 
 STREAMING = ROOT / "examples" / "streaming" / "chain.py"
+SSE_ACCEPT = {"accept": "text/event-stream"}
 
 THREE = '''
     """Entry -> Mid (two replicas) -> Leaf, each reporting the host that served it."""
@@ -229,7 +230,7 @@ def test_call_and_logs(engine: Any, three: dict[str, Any]) -> None:
     assert "Mid-0 | " in logs and "Mid-1 | " in logs and "chainlet Leaf is ready" in logs
 
 
-def test_the_dashboard_shows_the_containers_logs(engine: Any, three: dict[str, Any]) -> None:
+def test_the_dashboard_shows_a_docker_chain(engine: Any, three: dict[str, Any]) -> None:
     cli: Cli = three["cli"]
     cli.run("call", "dk-three", "--json", '{"text": "seen on the page"}')
     dashboard = subprocess.Popen(
@@ -246,8 +247,17 @@ def test_the_dashboard_shows_the_containers_logs(engine: Any, three: dict[str, A
             except concurrent.futures.TimeoutError:
                 dashboard.kill()  # ends the read, so the pool can close
                 raise
-        assert line.startswith("dashboard of chain 'dk-three': http://127.0.0.1:"), line
+        assert line.startswith("dashboard of chain 'dk-three': http://127.0.0.1:"), (
+            line + dashboard.stderr.read()  # type: ignore[union-attr]
+        )
         origin = line.split(": ", 1)[1].split()[0].rstrip("/")
+        overview = httpx.get(f"{origin}/api/overview", timeout=30).json()
+        drawn = {node["name"]: node["replicas"] for node in overview["chainlets"]}
+        assert drawn == {"Entry": 1, "Mid": 2, "Leaf": 1}  # from the descriptors built with the images
+        assert overview["target"] == "docker" and overview["entrypoint"] == "Entry"
+        arguments = {"text": "from the page"}
+        called = httpx.post(f"{origin}/api/call", json=arguments, headers=SSE_ACCEPT, timeout=60)
+        assert called.status_code == 200 and '"page"' in called.text, called.text
         leaf = httpx.get(f"{origin}/api/logs", params={"chainlet": "Leaf", "lines": "50"}, timeout=30)
         assert leaf.status_code == 200, leaf.text
         assert any("leaf splits 'seen on the page'" in text for text in leaf.json()["lines"])
