@@ -23,6 +23,8 @@ chain's token does not cross the network in clear from a replica on another node
 ``CHAINS_RAY_PROXY_CA_FILE``, set when pushing, names the PEM certificate of the authority
 that issued the proxy's certificate: it travels with the chain's code, and the chainlets
 trust it alone for the proxy (``CHAINS_TLS_CA_FILE``); without it they trust the system's.
+The chain's state records it as the entrypoint's authority (``entrypoint_ca``), which
+``chains call``, ``status`` and ``ui`` verify the proxy with.
 """
 
 from __future__ import annotations
