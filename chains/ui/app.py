@@ -5,7 +5,9 @@ host (a DNS-rebinding page), is refused with 403; when the chain has an API key,
 needs it, as a bearer token or the cookie set by opening ``/?key=<key>`` once (the URL
 ``chains ui`` prints). The try-it form's calls go through ``POST /api/call``, which the app
 forwards to the entrypoint with the key and streams back as it arrives, so the page stays
-same-origin and never holds the key itself::
+same-origin and never holds the key itself. An ``https://`` entrypoint is verified with the
+authority the chain's state records (:meth:`ChainState.entrypoint_context`), else the
+system's::
 
     app = DashboardApp(ChainView("streaming"), port=8765)
     uvicorn.run(app, host="127.0.0.1", port=8765)
