@@ -47,20 +47,29 @@ def _readable(variable: str, path: Path) -> Path:
     return path
 
 
-def client_context(ca_file: Path) -> ssl.SSLContext:
+def client_context(ca_file: Path, given_as: str = CA_FILE_ENV) -> ssl.SSLContext:
     """An SSL context that trusts the certificates ``ca_file`` holds, and no others.
 
     Hostnames are checked: a callee must present a certificate naming the host of the URL
-    called. TLS 1.2 at least.
+    called. TLS 1.2 at least. ``given_as`` names where the file came from (a variable, an
+    option) in the error a file that cannot be read, or holds no certificate, is refused with::
+
+        context = client_context(Path("ca.pem"), given_as="--ca-file")
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies peers and hostnames
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_verify_locations(cafile=str(ca_file))
-    except (OSError, ssl.SSLError) as exc:
+    except ssl.SSLError as exc:
         raise ChainsUsageError(
-            f"{CA_FILE_ENV}={str(ca_file)!r} holds no certificate authority this process can load "
-            f"({exc}): it must name a PEM file with the chain's CA certificate"
+            f"{given_as}={str(ca_file)!r} holds no certificate authority this process can load "
+            f"({exc.reason or exc}): it must name a PEM file with the CA certificate "
+            "(-----BEGIN CERTIFICATE-----)"
+        ) from None
+    except OSError as exc:
+        raise ChainsUsageError(
+            f"{given_as}={str(ca_file)!r} cannot be read ({exc.strerror or exc}): it must name a PEM "
+            "file with the CA certificate that this process can read"
         ) from None
     return context
 

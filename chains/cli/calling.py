@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TextIO
@@ -20,11 +21,28 @@ from chains.streaming import BYTES, SSE_EVENTS, TEXT, OutputKind, StreamKind
 from chains.streaming.sse import SSE
 from chains.wire import JSON_MEDIA_TYPE, RUN_REMOTE, SSE_MEDIA_TYPE
 
-__all__ = ["CallFailed", "call_entrypoint", "converse_with_entrypoint"]
+__all__ = ["CallFailed", "UntrustedCertificate", "call_entrypoint", "converse_with_entrypoint"]
 
 
 class CallFailed(Exception):
     """The call did not succeed; the message says why, for a person."""
+
+
+class UntrustedCertificate(CallFailed):
+    """The entrypoint's certificate was refused: no authority the call trusted issued it, or
+    it names another host."""
+
+
+def _untrusted(exc: BaseException, url: str) -> UntrustedCertificate | None:
+    """The certificate failure behind ``exc`` (httpx and websockets wrap it), if that is what
+    it was."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            reason = seen.verify_message or seen.reason or str(seen)
+            return UntrustedCertificate(f"the certificate of {url} is not trusted ({reason})")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 async def call_entrypoint(
@@ -34,14 +52,20 @@ async def call_entrypoint(
     out: TextIO = sys.stdout,
     api_key: str | None = None,
     timeout: float | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
-    """POST ``arguments`` to ``url``/run_remote and write the answer to ``out``."""
+    """POST ``arguments`` to ``url``/run_remote and write the answer to ``out``.
+
+    An ``https://`` entrypoint is verified with ``ssl_context``, or the system's authorities
+    without one.
+    """
     headers = {"content-type": JSON_MEDIA_TYPE}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
     if kind.is_stream:
         headers["accept"] = SSE_MEDIA_TYPE
-    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10)) as client:
+    verify: ssl.SSLContext | bool = ssl_context or True
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10), verify=verify) as client:
         try:
             async with client.stream("POST", url + RUN_REMOTE, json=arguments, headers=headers) as response:
                 if response.status_code != 200:
@@ -51,7 +75,9 @@ async def call_entrypoint(
                     return
                 await _print_events(SSE.from_chunks(response.aiter_bytes()), kind, out)
         except httpx.TransportError as exc:
-            raise CallFailed(f"the call to {url} broke off: {type(exc).__name__}: {exc}") from None
+            raise _untrusted(exc, url) or CallFailed(
+                f"the call to {url} broke off: {type(exc).__name__}: {exc}"
+            ) from None
 
 
 def _describe_failure(status: int, body: bytes) -> str:
@@ -126,12 +152,15 @@ async def converse_with_entrypoint(
     out: TextIO = sys.stdout,
     api_key: str | None = None,
     idle_sec: float = 1.0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
     """Open a WebSocket to ``url``/run_remote, send each line of ``lines`` as a text message and
     print every message that comes back as it arrives (text as a line, binary as its bytes).
 
     Once ``lines`` ends, replies are still printed until none came for ``idle_sec`` seconds;
     then the socket is closed. A close with 1011 (the chain failed) is a :class:`CallFailed`.
+    An ``https://`` entrypoint is reached at ``wss://``, verified with ``ssl_context`` (or the
+    system's authorities).
     """
     import asyncio
     import threading
@@ -141,6 +170,10 @@ async def converse_with_entrypoint(
 
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     ws_url = "ws" + url.removeprefix("http") + RUN_REMOTE
+    # websockets refuses an SSL context for a ws:// URL; for wss:// None means the system's.
+    secure: dict[str, Any] = (
+        {"ssl": ssl_context} if ws_url.startswith("wss://") and ssl_context is not None else {}
+    )
     loop = asyncio.get_running_loop()
     typed: asyncio.Queue[str | None] = asyncio.Queue()
 
@@ -154,7 +187,7 @@ async def converse_with_entrypoint(
             await ws.send(line)
 
     try:
-        async with connect(ws_url, additional_headers=headers, max_size=None) as ws:
+        async with connect(ws_url, additional_headers=headers, max_size=None, **secure) as ws:
             threading.Thread(target=read_lines, daemon=True).start()
             sender = asyncio.ensure_future(send_lines(ws))
             try:
@@ -186,4 +219,6 @@ async def converse_with_entrypoint(
         reason = exc.rcvd.reason if exc.rcvd is not None else "the connection broke without a close frame"
         raise CallFailed(f"the WebSocket closed with code {code}: {reason}") from None
     except OSError as exc:
-        raise CallFailed(f"could not open a WebSocket to {ws_url}: {exc}") from None
+        raise _untrusted(exc, ws_url) or CallFailed(
+            f"could not open a WebSocket to {ws_url}: {exc}"
+        ) from None

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +15,11 @@ from chains import terminal
 from chains.cli.group import DEFAULT_CALL_TIMEOUT_SEC, fail, guarded, main
 from chains.errors import ChainsError, ChainsUsageError
 from chains.targets import is_alive
+
+if TYPE_CHECKING:
+    from chains.targets.state import ChainState
+
+CA_FILE_ENVVAR = "CHAINS_CA_FILE"
 
 
 def _uptime(started_at: float) -> str:
@@ -98,14 +104,18 @@ def status(name: str | None, as_json: bool) -> None:
                 _uptime(p.started_at) if alive else "-",
             )
         )
-    batching = [_batching(p.url) if p.state == "ready" else None for p in state.processes]
+    try:  # the ray target's replicas answer at its proxy, whose authority the entrypoint's is
+        verify: ssl.SSLContext | bool = state.entrypoint_context() or True
+    except ChainsUsageError:
+        verify = True  # the authority's file is gone: `call` says so; here batching shows "-"
+    batching = [_batching(p.url, verify) if p.state == "ready" else None for p in state.processes]
     if any(b is not None for b in batching):
         rows = [(*r, b or "-") for r, b in zip(rows, ["BATCHING", *batching], strict=True)]
     click.echo(f"chain {state.chain!r} (target {state.target}, entrypoint {state.entrypoint_url})")
     click.echo(terminal.table(rows, terminal=terminal.is_terminal(), state_column=3))
 
 
-def _batching(url: str) -> str | None:
+def _batching(url: str, verify: ssl.SSLContext | bool) -> str | None:
     """The queue and mean batch size of a batched chainlet, read from its /metrics."""
     import httpx
 
@@ -113,7 +123,7 @@ def _batching(url: str) -> str | None:
     from chains.wire import METRICS
 
     try:
-        response = httpx.get(url.rstrip("/") + METRICS, timeout=0.5)
+        response = httpx.get(url.rstrip("/") + METRICS, timeout=0.5, verify=verify)
     except httpx.HTTPError:
         return None
     return batching_summary(response.text) if response.status_code == 200 else None
@@ -224,20 +234,37 @@ def _stopped_logs(name: str, chainlet: str | None, lines: int) -> None:
     show_default=True,
     help="Give up when the chain is silent this many seconds (a stream: between items).",
 )
+@click.option(
+    "--ca-file",
+    type=click.Path(path_type=Path),
+    envvar=CA_FILE_ENVVAR,
+    help=(
+        "The PEM certificate of the authority that issued an https:// entrypoint's certificate, "
+        "trusted alone. Default: the one recorded when the chain was pushed (the ray target's proxy "
+        f"authority), else the system's authorities. [env: {CA_FILE_ENVVAR}]"
+    ),
+)
 def call(
-    name: str, json_args: str | None, args_file: str | None, api_key: str | None, timeout: float
+    name: str,
+    json_args: str | None,
+    args_file: str | None,
+    api_key: str | None,
+    timeout: float,
+    ca_file: Path | None,
 ) -> None:
     """Call chain NAME's entrypoint and print the answer; streams print as they arrive.
 
     A WebSocket entrypoint gets each line of stdin as a message; its replies print as they
-    arrive.
+    arrive. An https:// entrypoint whose certificate a private authority issued is verified
+    with that authority: the one recorded when the chain was pushed, or --ca-file.
 
     \b
     Examples:
       chains call my-chain --json '{"text": "hello"}'
       chains call my-chain --file args.json --timeout 600
+      chains call my-chain --json '{"text": "hello"}' --ca-file proxy-ca.pem
     """
-    from chains.cli.calling import CallFailed, call_entrypoint, converse_with_entrypoint
+    from chains.cli.calling import CallFailed, UntrustedCertificate, call_entrypoint, converse_with_entrypoint
     from chains.deploy import find_state
     from chains.streaming import kind_named
 
@@ -254,11 +281,18 @@ def call(
     if not is_alive(state):
         fail(f"error: chain {name!r} is stale (its supervisor is gone); push it again")
     kind = guarded(lambda: kind_named(state.entrypoint_kind))
+    context = guarded(lambda: _entrypoint_context(state, ca_file))
     try:
         if kind.is_socket:  # a conversation: stdin's lines go out, the replies print as they come
-            asyncio.run(converse_with_entrypoint(state.entrypoint_url, api_key=api_key))
+            asyncio.run(converse_with_entrypoint(state.entrypoint_url, api_key=api_key, ssl_context=context))
             return
-        asyncio.run(call_entrypoint(state.entrypoint_url, arguments, kind, api_key=api_key, timeout=timeout))
+        asyncio.run(
+            call_entrypoint(
+                state.entrypoint_url, arguments, kind, api_key=api_key, timeout=timeout, ssl_context=context
+            )
+        )
+    except UntrustedCertificate as exc:
+        fail(f"error: {exc}; {_trust_hint(state, ca_file)}")
     except CallFailed as exc:
         from chains.source_map import to_user_files
 
@@ -266,6 +300,32 @@ def call(
         hint = f"\n{', '.join(failed)} failed for good: `chains restart {name}`" if failed else ""
         text = to_user_files(str(exc), Path(state.source).parent) if state.source else str(exc)
         fail(f"error: {text}{hint}")
+
+
+def _entrypoint_context(state: ChainState, ca_file: Path | None) -> ssl.SSLContext | None:
+    """What ``call`` verifies an https:// entrypoint with: --ca-file, else the chain's own."""
+    if not state.entrypoint_url.startswith("https://"):
+        return None  # plain HTTP: a CHAINS_CA_FILE set for other chains is no error here
+    if ca_file is not None:
+        from chains.tls import client_context
+
+        return client_context(ca_file, given_as="--ca-file")
+    return state.entrypoint_context()
+
+
+def _trust_hint(state: ChainState, ca_file: Path | None) -> str:
+    """How to make ``call`` trust the entrypoint's certificate, given what it trusted."""
+    if ca_file is not None:
+        return f"--ca-file {ca_file} did not issue it: pass the PEM certificate of the authority that did"
+    if state.entrypoint_ca is not None:
+        return (
+            f"the authority the chain was pushed with ({state.entrypoint_ca}) did not issue it: pass "
+            "the one that did with --ca-file PATH"
+        )
+    return (
+        "if a private authority issued it, pass that authority's PEM certificate with --ca-file PATH "
+        f"(or set {CA_FILE_ENVVAR})"
+    )
 
 
 @main.command()

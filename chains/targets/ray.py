@@ -23,6 +23,8 @@ chain's token does not cross the network in clear from a replica on another node
 ``CHAINS_RAY_PROXY_CA_FILE``, set when pushing, names the PEM certificate of the authority
 that issued the proxy's certificate: it travels with the chain's code, and the chainlets
 trust it alone for the proxy (``CHAINS_TLS_CA_FILE``); without it they trust the system's.
+The chain's state records it as the entrypoint's authority (``entrypoint_ca``), which
+``chains call``, ``status`` and ``ui`` verify the proxy with.
 """
 
 from __future__ import annotations
@@ -210,11 +212,22 @@ def _proxy_ca(generated_dir: Path) -> str | None:
 
 def _proxy_context(state: ChainState, proxy_url: str) -> ssl.SSLContext | None:
     """What this process verifies an HTTPS proxy with: the authority the chain was pushed
-    with (its copy beside the deployment's code), else the system's (None)."""
-    copy = chain_dir(state.chain) / "deployments" / state.deployment / "generated" / _PROXY_CA_NAME
-    if not proxy_url.startswith("https://") or not copy.exists():
+    with (its copy beside the deployment's code, recorded as the entrypoint's), else the
+    system's (None)."""
+    if not proxy_url.startswith("https://"):
         return None
-    return client_context(copy)
+    if state.entrypoint_ca is not None:
+        return state.entrypoint_context()
+    # A state written before the entrypoint's authority was recorded: its copy, if any.
+    copy = chain_dir(state.chain) / "deployments" / state.deployment / "generated" / _PROXY_CA_NAME
+    return client_context(copy) if copy.exists() else None
+
+
+def _recorded_ca(proxy_url: str, generated_dir: Path) -> str | None:
+    """The entrypoint's authority for the chain's state: the proxy's, copied beside the code
+    by :func:`_proxy_ca`, when the proxy serves HTTPS and one was given."""
+    copy = generated_dir / _PROXY_CA_NAME
+    return str(copy) if proxy_url.startswith("https://") and copy.exists() else None
 
 
 def _actor_options(spec: ChainletSpec) -> dict[str, Any]:
@@ -414,7 +427,7 @@ class RayTarget:
             raise
         finally:
             ray.shutdown()
-        state = self._state(chain, deployment, record, result.chainlets)
+        state = self._state(chain, deployment, record, result.chainlets, generated_dir)
         write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
         make_current(chain.name, deploy_dir)
         if previous is not None and previous.target != "ray":
@@ -423,7 +436,12 @@ class RayTarget:
         return state
 
     def _state(
-        self, chain: Chain, deployment: Deployment, record: _Record, generated: Mapping[str, Any]
+        self,
+        chain: Chain,
+        deployment: Deployment,
+        record: _Record,
+        generated: Mapping[str, Any],
+        generated_dir: Path,
     ) -> ChainState:
         found = replicas(record.dashboard_url, record.apps)
         processes = []
@@ -453,6 +471,7 @@ class RayTarget:
             entrypoint=deployment.entrypoint,
             entrypoint_kind=deployment.entrypoint_kind,
             entrypoint_url=record.proxy_url + route_prefix(chain.name, chain.entrypoint.name),
+            entrypoint_ca=_recorded_ca(record.proxy_url, generated_dir),
             processes=processes,
         )
 

@@ -22,6 +22,7 @@ import json
 import os
 import secrets
 import shutil
+import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 import pydantic
 
 from chains.errors import ChainsUsageError
+from chains.tls import client_context
 
 if TYPE_CHECKING:
     from chains.model import Chain
@@ -173,6 +175,10 @@ class ChainState(pydantic.BaseModel):
     entrypoint: str
     entrypoint_kind: str = "unary"
     entrypoint_url: str
+    # The PEM certificate of the private authority that issued the entrypoint's certificate,
+    # when one did (the ray target's proxy over HTTPS): what clients of the entrypoint verify
+    # it with. None: the system's authorities (or plain HTTP).
+    entrypoint_ca: str | None = None
     supervisor_pid: int = 0  # local target
     supervisor_identity: str | None = None  # local target: see process_identity()
     base_image: str | None = None  # docker target: the default base image, for --watch's re-pushes
@@ -180,6 +186,16 @@ class ChainState(pydantic.BaseModel):
     updated_at: float = pydantic.Field(default_factory=time.time)
     grace_sec: float = 32.0  # the supervisor's grace (Deployment.grace_sec): what a stop waits for
     stopping: bool = False
+
+    def entrypoint_context(self) -> ssl.SSLContext | None:
+        """What a client verifies the entrypoint's certificate with: the authority recorded in
+        ``entrypoint_ca``, and no other; None without one (the system's authorities).
+
+        >>> client = httpx.AsyncClient(verify=state.entrypoint_context() or True)
+        """
+        if self.entrypoint_ca is None:
+            return None
+        return client_context(Path(self.entrypoint_ca), given_as=f"the entrypoint_ca of chain {self.chain!r}")
 
     def replicas(self, chainlet: str) -> list[ChainletProcess]:
         return [p for p in self.processes if p.chainlet == chainlet]

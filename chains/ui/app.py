@@ -5,7 +5,9 @@ host (a DNS-rebinding page), is refused with 403; when the chain has an API key,
 needs it, as a bearer token or the cookie set by opening ``/?key=<key>`` once (the URL
 ``chains ui`` prints). The try-it form's calls go through ``POST /api/call``, which the app
 forwards to the entrypoint with the key and streams back as it arrives, so the page stays
-same-origin and never holds the key itself::
+same-origin and never holds the key itself. An ``https://`` entrypoint is verified with the
+authority the chain's state records (:meth:`ChainState.entrypoint_context`), else the
+system's::
 
     app = DashboardApp(ChainView("streaming"), port=8765)
     uvicorn.run(app, host="127.0.0.1", port=8765)
@@ -27,7 +29,7 @@ from urllib.parse import parse_qs, quote
 
 import httpx
 
-from chains.errors import ChainsError
+from chains.errors import ChainsError, ChainsUsageError
 from chains.graph import to_svg
 from chains.server.asgi import (
     BodyTooLarge,
@@ -41,7 +43,7 @@ from chains.server.asgi import (
     send_json,
 )
 from chains.targets import running_target
-from chains.targets.state import chain_dir
+from chains.targets.state import ChainState, chain_dir
 from chains.tracing import store
 from chains.ui.history import MetricsHistory, parse_metrics
 from chains.ui.sources import ChainView
@@ -105,7 +107,9 @@ class DashboardApp:
         self.cookie = f"chains-ui-{port}"
         self._static = _static_files()
         self._poller: asyncio.Task[None] | None = None
-        self._client: httpx.AsyncClient | None = None
+        # One client per authority the chain's entrypoint is verified with (a push may change it).
+        self._clients: dict[str | None, httpx.AsyncClient] = {}
+        self._started = False
         self._lock = asyncio.Lock()
 
     # -- access ----------------------------------------------------------------------------
@@ -222,7 +226,7 @@ class DashboardApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                self._client = httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=None), trust_env=False)
+                self._started = True
                 self._poller = asyncio.create_task(self._poll_forever())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
@@ -230,10 +234,23 @@ class DashboardApp:
                     self._poller.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await self._poller
-                if self._client is not None:
-                    await self._client.aclose()
+                for client in self._clients.values():
+                    await client.aclose()
+                self._clients.clear()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def _client(self, state: ChainState) -> httpx.AsyncClient:
+        """The client for the chain's replicas and its entrypoint, which verifies an https://
+        entrypoint with the authority recorded in ``state`` (the ray target's replicas answer at
+        the same proxy), else the system's; a clear error when that authority cannot be read."""
+        assert self._started, "called before the app started"
+        client = self._clients.get(state.entrypoint_ca)
+        if client is None:
+            verify = state.entrypoint_context() or True
+            client = httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=None), trust_env=False, verify=verify)
+            self._clients[state.entrypoint_ca] = client
+        return client
 
     # -- polling ---------------------------------------------------------------------------
 
@@ -247,8 +264,7 @@ class DashboardApp:
         """Read the state, then every replica's ``/metrics``, into the history."""
         async with self._lock:
             state = await asyncio.to_thread(self.view.refresh)
-        client = self._client
-        assert client is not None, "polled before the app started"
+        client = self._client(state)
         entry_headers = self._entry_headers()
 
         async def read(chainlet: str, url: str) -> tuple[str, str, Any]:
@@ -323,10 +339,13 @@ class DashboardApp:
         await send_json(send, 200, {"chainlet": chainlet, "lines": found})
 
     async def _openapi(self, scope: Scope, send: Send) -> None:
-        assert self._client is not None
-        url = f"{self.view.state.entrypoint_url.rstrip('/')}/openapi.json"
+        state = self.view.state
+        url = f"{state.entrypoint_url.rstrip('/')}/openapi.json"
         try:
-            response = await self._client.get(url, timeout=5.0)
+            response = await self._client(state).get(url, timeout=5.0)
+        except ChainsUsageError as exc:  # the recorded authority cannot be read
+            await send_json(send, 502, {"detail": str(exc)})
+            return
         except httpx.HTTPError as exc:
             await send_json(send, 502, {"detail": f"the entrypoint at {url} does not answer: {exc}"})
             return
@@ -345,16 +364,20 @@ class DashboardApp:
             return
         except ClientGone:
             return
-        assert self._client is not None
-        url = self.view.state.entrypoint_url.rstrip("/") + RUN_REMOTE
+        state = self.view.state
+        url = state.entrypoint_url.rstrip("/") + RUN_REMOTE
         forwarded = {
             "content-type": JSON_MEDIA_TYPE,
             "accept": headers.get("accept", "*/*"),
             **self._entry_headers(),
         }
-        request = self._client.build_request("POST", url, content=body, headers=forwarded)
         try:
-            response = await self._client.send(request, stream=True)
+            client = self._client(state)
+            request = client.build_request("POST", url, content=body, headers=forwarded)
+            response = await client.send(request, stream=True)
+        except ChainsUsageError as exc:
+            await send_json(send, 502, {"detail": str(exc)})
+            return
         except httpx.HTTPError as exc:
             await send_json(send, 502, {"detail": f"the entrypoint at {url} does not answer: {exc}"})
             return

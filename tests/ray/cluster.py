@@ -11,8 +11,9 @@ own in ``DIR/tls``, one certificate naming both node addresses), and every Ray p
 nodes' and each driver's (:attr:`RayCluster.env`), is started with them.
 Serve's proxy serves HTTPS with the head's certificate of that authority, so that a chainlet
 on the worker calls its dependencies through the proxy, with the chain's token, in TLS;
-drivers get ``CHAINS_RAY_PROXY_CA_FILE`` (the chainlets trust the authority for the proxy) and
-``SSL_CERT_FILE`` (``chains call`` and ``chains status`` trust it). ``CHAINS_TEST_RAY_TLS=0``
+drivers get ``CHAINS_RAY_PROXY_CA_FILE`` (the chainlets trust the authority for the proxy, and
+the push records it for ``chains call`` and ``chains status``, which need no ``SSL_CERT_FILE``;
+the test process's own clients take :meth:`RayCluster.ssl_context`). ``CHAINS_TEST_RAY_TLS=0``
 starts the cluster without TLS, proxy included (to compare, by hand).
 
 From a shell::
@@ -94,7 +95,7 @@ class RayCluster:
         """What a driver (``chains push``, ``ray``, ``serve``) of this cluster is run with."""
         env = {"RAY_ADDRESS": self.address, **self.tls_env}
         if self.tls_env:
-            env[PROXY_CA_ENV] = env["SSL_CERT_FILE"] = self.tls_env["RAY_TLS_CA_CERT"]
+            env[PROXY_CA_ENV] = self.tls_env["RAY_TLS_CA_CERT"]
         return env
 
     def ssl_context(self) -> ssl.SSLContext | None:

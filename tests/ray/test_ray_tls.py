@@ -18,6 +18,7 @@ source port, one of the sockets that the worker's replica process holds to the p
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import shutil
 import signal
@@ -30,6 +31,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chains.targets.certificates import ChainAuthority
 from chains.targets.ray import replicas
 from tests.ray.cluster import HEAD_IP, WORKER_IP, RayCluster
 from tests.ray.conftest import SAMPLES, Cli, record
@@ -140,6 +142,10 @@ def test_the_chains_token_crosses_between_the_nodes_only_inside_tls(
     pushed = cli.push(str(PAIR))
     info = _record(cli.home, "ray-pair")
     assert str(info["proxy_url"]).startswith("https://")
+    # The push recorded the proxy's authority as the entrypoint's: its copy beside the code.
+    recorded = Path(cli.state("ray-pair")["entrypoint_ca"])
+    assert recorded.parent.name == "generated" and recorded.is_relative_to(cli.home)
+    assert recorded.read_bytes() == Path(ray_cluster.tls_env["RAY_TLS_CA_CERT"]).read_bytes()
     found = replicas(str(info["dashboard_url"]), dict(info["apps"]))  # type: ignore[call-overload]
     # Each chainlet has a replica on each node, taking one call at a time: the proxy, on the
     # head, sends what its own node's replica has no room for across to the worker's.
@@ -218,3 +224,15 @@ def test_the_chains_token_crosses_between_the_nodes_only_inside_tls(
     assert token.encode() not in captured
     assert b"Bearer" not in captured
     assert marker.encode() not in captured and marker.upper().encode() not in captured
+    # `chains call` verifies the proxy with the authority the push recorded, with no
+    # SSL_CERT_FILE; another authority given with --ca-file is refused, naming the certificate.
+    assert "SSL_CERT_FILE" not in ray_cluster.env
+    cli.env.pop("SSL_CERT_FILE", None)  # not even the system's bundle, which a machine may name
+    called = cli.run("call", "ray-pair", "--json", '{"text": "over https"}')
+    assert json.loads(called.stdout) == ["OVER", "HTTPS"]
+    ChainAuthority.load_or_create("other", tmp_path / "other")
+    other = tmp_path / "other" / "ca.pem"
+    refused = cli.run("call", "ray-pair", "--json", '{"text": "x"}', "--ca-file", str(other), check=False)
+    assert refused.returncode == 1
+    assert f"the certificate of {pushed['entrypoint_url']} is not trusted" in refused.stderr
+    assert f"--ca-file {other} did not issue it" in refused.stderr
