@@ -3,8 +3,9 @@
 ``chains push FILE --target swarm`` talks to a swarm manager (the engine ``DOCKER_HOST``
 names). It builds the chainlets' images there as the docker target does, loads them into
 every other node's engine (``CHAINS_SWARM_NODES``: their addresses, space- or
-comma-separated; a swarm does not move images between nodes by itself), makes the chain's
-credentials swarm secrets, and runs ``docker stack deploy`` on the stack file that
+comma-separated; a swarm does not move images between nodes by itself:
+:mod:`chains.targets.swarm_nodes`), makes the chain's credentials swarm secrets
+(:mod:`chains.targets.swarm_secrets`), and runs ``docker stack deploy`` on the stack file that
 :func:`chains.targets.compose.swarm_document` describes:
 
 - one service per chainlet, its replicas placed by the swarm's scheduler, reached by its
@@ -31,7 +32,6 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -46,13 +46,7 @@ from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.model import Chain
 from chains.progress import Board, Stage
 from chains.targets import running_target
-from chains.targets.compose import (
-    DEFAULT_ENTRY_PORT,
-    SwarmTlsSecrets,
-    project_name,
-    swarm_document,
-    swarm_secret_variables,
-)
+from chains.targets.compose import DEFAULT_ENTRY_PORT, project_name, swarm_document
 from chains.targets.docker_engine import LABEL, Engine, connect, engine_time
 from chains.targets.image_builds import build_images
 from chains.targets.logs import merge_followed
@@ -66,14 +60,22 @@ from chains.targets.state import (
     new_deployment_dir,
     write_private,
 )
+from chains.targets.swarm_nodes import (
+    check_placement,
+    distribute_images,
+    docker_cli,
+    manager_of,
+    node_address,
+    node_name,
+)
+from chains.targets.swarm_secrets import PushSecrets, chain_secrets, remove_unused_secrets
 from chains.targets.wiring import LABEL_NAME, PORT, ChainWiring, wire
 
-__all__ = ["SwarmTarget", "node_engines"]
+__all__ = ["SwarmTarget"]
 
 STACK_LABEL = "com.docker.stack.namespace"  # what `docker stack deploy` labels its objects with
 DEPLOY_TIMEOUT_SEC = 120.0  # `docker stack deploy` itself; readiness is bounded by --timeout
 STOP_TIMEOUT_SEC = 60.0  # beyond the grace: tasks to shut down, the network to go
-COPY_TIMEOUT_SEC = 1800.0  # the images of one push into one node
 _POLL_SEC = 0.5
 _LOG_TAIL_LINES = 30
 _FAILED_TASKS_LIMIT = 3  # a service whose new tasks fail this often fails the push
@@ -83,12 +85,6 @@ TaskState = Literal["starting", "ready", "failed", "stopped"]
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def node_engines() -> list[str]:
-    """The engine addresses of the swarm's other nodes, from ``CHAINS_SWARM_NODES``."""
-    raw = os.environ.get("CHAINS_SWARM_NODES", "")
-    return [part for part in raw.replace(",", " ").split() if part]
 
 
 def _switch(name: str) -> bool:
@@ -139,35 +135,19 @@ class SwarmTarget:
         from codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
 
         engine = connect()
-        manager = _manager_info(engine)
-        nodes = engine.client.nodes.list()
-        count = len(nodes)
-        managers = sum(1 for n in nodes if (n.attrs.get("Spec") or {}).get("Role") == "manager")
-        wanted = chain.entrypoint.remote_config.compute.replicas
-        if wanted > managers:
-            raise ChainsUsageError(
-                f"the entrypoint {chain.entrypoint.name} asks for {wanted} replicas and the swarm has "
-                f"{managers} manager node(s): the entrypoint runs on managers, one per node, publishing its "
-                "port there; lower Compute(replicas=...) of the entrypoint or promote nodes "
-                "(docker node promote)"
-            )
-        if count > 1 and not node_engines():
-            raise ChainsUsageError(
-                f"the swarm has {count} nodes and the images are built on the manager only; name the "
-                "other nodes' engines in CHAINS_SWARM_NODES (e.g. CHAINS_SWARM_NODES='ssh://node2 "
-                "tcp://node3:2376') so that chains loads the images there"
-            )
+        manager = manager_of(engine)
+        check_placement(engine, chain.entrypoint.name, chain.entrypoint.remote_config.compute.replicas)
         stack = _Stack.of(chain.name)
         previous = current_state(chain.name)
         existing = _services(engine, stack)
         deploy_dir = new_deployment_dir(chain.name)
         base_image = options.base_image or os.environ.get("CHAINS_BASE_IMAGE") or DEFAULT_BASE_IMAGE
-        created_secrets: list[str] = []
+        made = PushSecrets(engine, stack.chain, stack.name, deploy_dir.name)
         try:
             result = generate(chain, source_file, deploy_dir / "generated", base_image=base_image)
             # The docker target's builds, on the manager: same tags, same layer cache.
             images = build_images(engine, chain, result, base_image, self.log)
-            self._distribute(engine, manager, images)
+            distribute_images(engine, manager, images, self.log)
             tls = tls_wanted()
             wiring = wire(
                 chain,
@@ -176,10 +156,8 @@ class SwarmTarget:
                 environment="swarm",
                 scheme="https" if tls else "http",
             )
-            secret_names = self._secrets(engine, stack, wiring, options, deploy_dir.name, created_secrets)
-            tls_secrets = (
-                self._tls_secrets(engine, stack, wiring, deploy_dir.name, created_secrets) if tls else None
-            )
+            secret_names = made.credentials(wiring, options.api_key, options.secrets)
+            tls_secrets = made.tls(wiring) if tls else None
             entry_port = self._entry_port(options, previous)
             document = swarm_document(
                 wiring,
@@ -206,9 +184,7 @@ class SwarmTarget:
                 # A first push leaves nothing behind; a failed update was rolled back by the swarm.
                 with contextlib.suppress(ChainsRuntimeError):
                     self._remove_stack(engine, stack, grace=1.0)
-            for name in created_secrets:
-                with contextlib.suppress(Exception):
-                    engine.client.secrets.get(name).remove()
+            made.discard()
             shutil.rmtree(deploy_dir, ignore_errors=True)
             raise
         make_current(chain.name, deploy_dir)
@@ -217,140 +193,8 @@ class SwarmTarget:
                 with contextlib.suppress(ChainsRuntimeError):
                     running_target(previous.target).stop(previous, grace=15.0)
             forget(chain.name, keep=deploy_dir.name)
-        self._remove_unused_secrets(engine, chain.name)
+        remove_unused_secrets(engine, chain.name)
         return state
-
-    def _distribute(self, engine: Engine, manager: dict[str, Any], images: dict[str, str]) -> None:
-        """Load every image into every other node's engine that does not have it yet."""
-        nodes = engine.client.nodes.list()
-        addresses = node_engines()
-        seen = {manager["NodeID"]}
-        for address in addresses:
-            other = _connect_node(address)
-            node_id = ((other.client.info().get("Swarm") or {}).get("NodeID")) or ""
-            if node_id not in {n.id for n in nodes}:
-                raise ChainsUsageError(
-                    f"the engine at {address} (CHAINS_SWARM_NODES) is not a node of the swarm "
-                    f"{manager['Cluster']}; join it (docker swarm join) or leave it out"
-                )
-            seen.add(node_id)
-            missing = [t for t in sorted(set(images.values())) if other.image_id(t) != engine.image_id(t)]
-            other.client.close()
-            if missing:
-                started = time.monotonic()
-                with progress.board(title="loading the images", log=self.log) as board:
-                    board.update(address, Stage.WORKING, f"loading {len(missing)} image(s)")
-                    _copy_images(address, missing)
-                    board.update(address, Stage.DONE, f"loaded {len(missing)} image(s)")
-                self.log(
-                    f"loaded {len(missing)} image(s) into {address} in {time.monotonic() - started:.1f}s"
-                )
-        unknown = [n for n in nodes if n.id not in seen and _node_ready(n.attrs)]
-        if unknown:
-            names = ", ".join(
-                str((n.attrs.get("Description") or {}).get("Hostname") or n.id) for n in unknown
-            )
-            self.log(
-                f"warning: no engine address for node(s) {names} in CHAINS_SWARM_NODES: tasks placed "
-                "there can only start if the images are there already"
-            )
-
-    def _secrets(
-        self,
-        engine: Engine,
-        stack: _Stack,
-        wiring: ChainWiring,
-        options: SwarmOptions,
-        deploy_id: str,
-        created: list[str],
-    ) -> dict[str, str]:
-        """Every credential as a swarm secret: variable name -> secret name.
-
-        The internal token is made once per chain and kept across pushes, so that old and new
-        tasks trust each other while a rolling update runs. The API key and the chain's secrets
-        may change from push to push: each push makes its own.
-        """
-        names: dict[str, str] = {}
-        labels = {LABEL: stack.chain}
-        token = [
-            s
-            for s in engine.client.secrets.list(filters={"label": f"{LABEL}={stack.chain}"})
-            if (s.attrs.get("Spec", {}).get("Labels") or {}).get("chains.secret") == "CHAINS_INTERNAL_TOKEN"
-        ]
-        if token:
-            names["CHAINS_INTERNAL_TOKEN"] = str(token[0].name)
-        else:
-            name = f"{stack.name}-internal-token-{secrets.token_hex(4)}"
-            engine.client.secrets.create(
-                name=name,
-                data=secrets.token_urlsafe(32).encode(),
-                labels={**labels, "chains.secret": "CHAINS_INTERNAL_TOKEN"},
-            )
-            created.append(name)
-            names["CHAINS_INTERNAL_TOKEN"] = name
-        values: dict[str, str] = {}
-        if options.api_key:
-            values["CHAINS_API_KEY"] = options.api_key
-        for chainlet in wiring.chainlets:
-            for variable in swarm_secret_variables(wiring, chainlet, False)[1:]:
-                key = variable[len("CHAINS_SECRET_") :]
-                if key in options.secrets:
-                    values[variable] = options.secrets[key]
-        for variable, value in sorted(values.items()):
-            name = f"{stack.name}-{variable.lower().replace('_', '-')}-{deploy_id[-6:]}"
-            engine.client.secrets.create(
-                name=name,
-                data=value.encode(),
-                labels={**labels, "chains.secret": variable, "chains.deployment": deploy_id},
-            )
-            created.append(name)
-            names[variable] = name
-        missing = sorted(
-            {
-                variable
-                for chainlet in wiring.chainlets
-                for variable in swarm_secret_variables(wiring, chainlet, bool(options.api_key))
-                if variable not in names
-            }
-        )
-        if missing:
-            keys = ", ".join(m.removeprefix("CHAINS_SECRET_") for m in missing)
-            raise ChainsUsageError(
-                f"no value for secret(s) {keys}: pass --secret KEY=VALUE or --secrets-file"
-            )
-        return names
-
-    def _tls_secrets(
-        self, engine: Engine, stack: _Stack, wiring: ChainWiring, deploy_id: str, created: list[str]
-    ) -> SwarmTlsSecrets:
-        """The chain's CA certificate and a fresh certificate and key for every internal
-        chainlet, each a swarm secret of this push; the CA's key stays on this machine."""
-        from chains.targets.certificates import LOOPBACK_NAMES, ChainAuthority
-
-        authority = ChainAuthority.load_or_create(stack.chain)
-        labels = {LABEL: stack.chain, "chains.deployment": deploy_id}
-
-        def secret(owner: str, kind: str, data: bytes) -> str:
-            # Swarm secret names: at most 64 characters.
-            digest = hashlib.sha256(owner.encode()).hexdigest()[:6]
-            name = f"{owner[:36].rstrip('-_')}-{digest}-tls-{kind}-{deploy_id[-6:]}"
-            engine.client.secrets.create(
-                name=name, data=data, labels={**labels, "chains.secret": f"tls-{kind}"}
-            )
-            created.append(name)
-            return name
-
-        certificates = {}
-        for chainlet in wiring.chainlets:
-            if chainlet.is_entrypoint:
-                continue  # serves its published port in plain HTTP: docs/deploy.md
-            # Dependants reach it by its service name on the stack's network.
-            issued = authority.issue([chainlet.service, *LOOPBACK_NAMES])
-            certificates[chainlet.name] = (
-                secret(chainlet.service, "cert", issued.cert_pem),
-                secret(chainlet.service, "key", issued.key_pem),
-            )
-        return SwarmTlsSecrets(secret(stack.name, "ca", authority.cert_pem), certificates)
 
     def _entry_port(self, options: SwarmOptions, previous: ChainState | None) -> int:
         if options.entry_port is not None:
@@ -360,7 +204,7 @@ class SwarmTarget:
         return DEFAULT_ENTRY_PORT
 
     def _deploy(self, stack: _Stack, stack_file: Path) -> None:
-        cli = _docker_cli()
+        cli = docker_cli()
         # --resolve-image never: the images are on the nodes already, under tags no registry
         # knows; each task starts from the node's own copy.
         command = [
@@ -498,7 +342,7 @@ class SwarmTarget:
                 node = nodes.get(str(task.get("NodeID")), {})
                 status = _task_state(task)
                 ready += status == "ready"
-                url = f"http://{_node_address(node)}:{entry_port}" if is_entry else f"http://{short}:{PORT}"
+                url = f"http://{node_address(node)}:{entry_port}" if is_entry else f"http://{short}:{PORT}"
                 processes.append(
                     ChainletProcess(
                         chainlet=chainlet,
@@ -507,7 +351,7 @@ class SwarmTarget:
                         url=url,
                         state=status,
                         started_at=engine_time(task.get("Status", {}).get("Timestamp")) or time.time(),
-                        container=f"{service.name}.{task.get('Slot')} on {_node_name(node)}",
+                        container=f"{service.name}.{task.get('Slot')} on {node_name(node)}",
                         image=spec["TaskTemplate"]["ContainerSpec"]["Image"],
                     )
                 )
@@ -561,8 +405,7 @@ class SwarmTarget:
                 f"`chains stop {state.chain}` again once the manager answers"
             ) from None
         self._remove_stack(engine, _Stack.of(state.chain), grace)
-        secrets = engine.client.secrets.list(filters={"label": f"{LABEL}={state.chain}"})
-        problems = engine.remove_each(secrets, "secret")
+        problems = engine.remove_each(chain_secrets(engine, state.chain), "secret")
         if problems:
             raise ChainsRuntimeError(
                 f"chain {state.chain!r} was not fully removed:\n  " + "\n  ".join(problems)
@@ -595,18 +438,6 @@ class SwarmTarget:
         left = problems or [f"network {n.name} is still listed" for n in networks]
         raise ChainsRuntimeError(f"stack {stack.name} was not fully removed:\n  " + "\n  ".join(left))
 
-    def _remove_unused_secrets(self, engine: Engine, chain: str) -> None:
-        """Secrets of earlier pushes that no service refers to any more."""
-        used = {
-            str(ref.get("SecretName"))
-            for service in engine.client.services.list(filters={"label": f"{LABEL}={chain}"})
-            for ref in service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"].get("Secrets") or []
-        }
-        for secret in engine.client.secrets.list(filters={"label": f"{LABEL}={chain}"}):
-            if secret.name not in used:
-                with contextlib.suppress(engine.errors.DockerException):
-                    secret.remove()
-
 
 def _chainlet_of(service: Any) -> str:
     return str((service.attrs["Spec"].get("Labels") or {}).get(LABEL_NAME) or service.name)
@@ -618,67 +449,6 @@ def _service(engine: Engine, name: str) -> Any:
 
 def _services(engine: Engine, stack: _Stack) -> list[Any]:
     return list(engine.client.services.list(filters={"label": f"{STACK_LABEL}={stack.name}"}))
-
-
-def _manager_info(engine: Engine) -> dict[str, Any]:
-    info = engine.client.info().get("Swarm") or {}
-    if info.get("LocalNodeState") != "active" or not info.get("ControlAvailable"):
-        raise ChainsUsageError(
-            f"the engine at {os.environ.get('DOCKER_HOST') or 'the default socket'} is not a swarm manager "
-            f"(swarm state: {info.get('LocalNodeState') or 'inactive'}); point DOCKER_HOST at a manager, "
-            "or make this engine one with `docker swarm init`"
-        )
-    return {"NodeID": info.get("NodeID"), "Cluster": (info.get("Cluster") or {}).get("ID", "")}
-
-
-def _connect_node(address: str) -> Engine:
-    sdk = __import__("docker")
-    try:
-        client = sdk.DockerClient(base_url=address, timeout=600)
-        client.ping()
-    except sdk.errors.DockerException as exc:
-        raise ChainsRuntimeError(
-            f"the swarm node engine {address} (CHAINS_SWARM_NODES) does not answer: {exc}"
-        ) from None
-    return Engine(client)
-
-
-def _copy_images(address: str, tags: list[str]) -> None:
-    """``docker save TAGS | docker -H ADDRESS load``: one archive, so that the layers the images
-    share (the base image, the dependencies) travel once; streamed, never held whole."""
-    cli = _docker_cli()
-    save = subprocess.Popen([cli, "save", *tags], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        load = subprocess.run(
-            [cli, "-H", address, "load", "-q"],
-            stdin=save.stdout,
-            capture_output=True,
-            text=True,
-            timeout=COPY_TIMEOUT_SEC,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        save.kill()
-        raise ChainsRuntimeError(
-            f"loading the images into {address} took more than {COPY_TIMEOUT_SEC:.0f}s"
-        ) from None
-    finally:
-        if save.stdout is not None:
-            save.stdout.close()
-    saved = save.wait(60)
-    if saved != 0 or load.returncode != 0:
-        reason = (save.stderr.read().decode(errors="replace") if save.stderr else "") or load.stderr
-        raise ChainsRuntimeError(f"could not load the images into {address}: {reason.strip()}")
-
-
-def _docker_cli() -> str:
-    cli = shutil.which("docker")
-    if cli is None:
-        raise ChainsUsageError(
-            "the swarm target runs `docker stack deploy` and `docker save | docker load`, and the docker "
-            "command is missing: install the Docker CLI (Debian: apt-get install docker.io)"
-        )
-    return cli
 
 
 def _same_spec(task: dict[str, Any], template: dict[str, Any]) -> bool:
@@ -703,22 +473,6 @@ def _task_state(task: dict[str, Any]) -> TaskState:
     if state in ("shutdown", "complete", "remove"):
         return "stopped"
     return "starting"
-
-
-def _node_ready(attrs: dict[str, Any]) -> bool:
-    return (attrs.get("Status") or {}).get("State") == "ready"
-
-
-def _node_address(node: dict[str, Any]) -> str:
-    address = str((node.get("Status") or {}).get("Addr") or "")
-    if address in ("", "0.0.0.0"):
-        # Some engines report a manager's own address only as the one it serves the swarm on.
-        address = str((node.get("ManagerStatus") or {}).get("Addr") or "127.0.0.1").rsplit(":", 1)[0]
-    return address
-
-
-def _node_name(node: dict[str, Any]) -> str:
-    return str((node.get("Description") or {}).get("Hostname") or node.get("ID") or "?")
 
 
 def _log_lines(service: Any, follow: bool, lines: int) -> Iterator[str]:
