@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 
+from chains.stubs.sockets import CONNECT_TIMEOUT_SEC, stub_socket
 from chains.stubs.transport import Response, TransportError
 
 __all__ = ["AiohttpTransport"]
@@ -35,11 +36,14 @@ class AiohttpTransport:
             # One pooled session per event loop: keep-alive to every replica. It does not
             # decompress, so the policy's headers never invite a compressed answer.
             connector = aiohttp.TCPConnector(
-                limit=0, keepalive_timeout=30, enable_cleanup_closed=True, ssl=self._ssl
+                limit=0,
+                keepalive_timeout=30,
+                enable_cleanup_closed=True,
+                ssl=self._ssl,
+                socket_factory=stub_socket,  # finds a dead callee in seconds (see chains.stubs.sockets)
             )
-            self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
-            )
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_SEC)
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False, timeout=timeout)
             self._session_loop = loop
         return self._session
 
@@ -58,6 +62,8 @@ class AiohttpTransport:
                     return Response(response.status, response.headers, await response.read())
                 finally:
                     response.release()
+        except aiohttp.ConnectionTimeoutError as exc:  # nothing was sent: retried like a refusal
+            raise TransportError(f"no connection within {CONNECT_TIMEOUT_SEC:g}s: {exc}") from exc
         except TimeoutError:
             raise  # aiohttp's own timeouts are ClientErrors too; a timeout is not retried
         except aiohttp.ClientError as exc:
