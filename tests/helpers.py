@@ -5,6 +5,7 @@ Every wait here is bounded; every process is stopped by the fixture that started
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import random
@@ -248,3 +249,34 @@ def running(*servers: ServerProcess) -> Iterator[tuple[ServerProcess, ...]]:
     finally:
         for server in servers:
             server.kill()
+
+
+@contextmanager
+def dashboard(name: str, env: Mapping[str, str], *args: str) -> Iterator[str]:
+    """``chains ui NAME`` running in a process of its own with ``env``: its origin (no trailing
+    slash), once it prints it; interrupted and waited for at the end."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "chains", "ui", name, "--port", "0", *args],
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            try:
+                line = pool.submit(process.stdout.readline).result(timeout=60)  # type: ignore[union-attr]
+            except concurrent.futures.TimeoutError:
+                process.kill()  # ends the read, so the pool can close
+                raise
+        assert line.startswith(f"dashboard of chain {name!r}: http://127.0.0.1:"), (
+            line + process.stderr.read()  # type: ignore[union-attr]
+        )
+        yield line.split(": ", 1)[1].split()[0].split("/?")[0].rstrip("/")
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)

@@ -4,7 +4,6 @@ chainlets with a replica set, through the command line and the Python API."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import signal
 import subprocess
@@ -20,7 +19,7 @@ import pytest
 import chains
 from chains.streaming.sse import SSE
 from tests.docker.conftest import ROOT, Cli, dangling_images, remove_chain
-from tests.helpers import write_chain
+from tests.helpers import dashboard, write_chain
 
 pytestmark = pytest.mark.docker
 
@@ -233,24 +232,7 @@ def test_call_and_logs(engine: Any, three: dict[str, Any]) -> None:
 def test_the_dashboard_shows_a_docker_chain(engine: Any, three: dict[str, Any]) -> None:
     cli: Cli = three["cli"]
     cli.run("call", "dk-three", "--json", '{"text": "seen on the page"}')
-    dashboard = subprocess.Popen(
-        [sys.executable, "-m", "chains", "ui", "dk-three", "--port", "0"],
-        env=cli.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the URL, printed once it listens
-            try:
-                line = pool.submit(dashboard.stdout.readline).result(timeout=60)  # type: ignore[union-attr]
-            except concurrent.futures.TimeoutError:
-                dashboard.kill()  # ends the read, so the pool can close
-                raise
-        assert line.startswith("dashboard of chain 'dk-three': http://127.0.0.1:"), (
-            line + dashboard.stderr.read()  # type: ignore[union-attr]
-        )
-        origin = line.split(": ", 1)[1].split()[0].rstrip("/")
+    with dashboard("dk-three", cli.env) as origin:
         overview = httpx.get(f"{origin}/api/overview", timeout=30).json()
         drawn = {node["name"]: node["replicas"] for node in overview["chainlets"]}
         assert drawn == {"Entry": 1, "Mid": 2, "Leaf": 1}  # from the descriptors built with the images
@@ -263,13 +245,6 @@ def test_the_dashboard_shows_a_docker_chain(engine: Any, three: dict[str, Any]) 
         assert any("leaf splits 'seen on the page'" in text for text in leaf.json()["lines"])
         mid = httpx.get(f"{origin}/api/logs", params={"chainlet": "Mid"}, timeout=30).json()["lines"]
         assert {line.split(" | ")[0] for line in mid} == {"Mid-0", "Mid-1"}  # both containers
-    finally:
-        dashboard.send_signal(signal.SIGINT)
-        try:
-            dashboard.wait(10)
-        except subprocess.TimeoutExpired:
-            dashboard.kill()
-            dashboard.wait(10)
 
 
 def test_unchanged_repush_builds_nothing_and_keeps_the_url(engine: Any, three: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import write_chain
+from tests.helpers import dashboard, write_chain
 from tests.swarm.conftest import Cli, Swarm, remove_stack, service_tasks
 
 THREE = '''
@@ -222,6 +222,18 @@ def test_call_and_logs(three: dict[str, Any]) -> None:
     assert "leaf splits 'followed words'" in logs
     every = cli.run("logs", "sw-three").stdout
     assert "Mid | " in every and "Leaf | " in every
+
+
+def test_the_dashboard_shows_a_swarm_chain(three: dict[str, Any]) -> None:
+    cli: Cli = three["cli"]
+    with dashboard("sw-three", cli.env) as origin:
+        overview = httpx.get(f"{origin}/api/overview", timeout=30).json()
+        assert overview["target"] == "swarm"
+        assert {node["name"] for node in overview["chainlets"]} == {"Entry", "Mid", "Leaf"}
+        leaf = httpx.get(f"{origin}/api/logs", params={"chainlet": "Leaf", "lines": "200"}, timeout=30)
+        assert leaf.status_code == 200, leaf.text
+        said = "leaf splits 'followed words'"  # the call of the test above
+        assert any(said in text for text in leaf.json()["lines"])
 
 
 # -- between the nodes ----------------------------------------------------------------------------
