@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -253,8 +254,8 @@ def running(*servers: ServerProcess) -> Iterator[tuple[ServerProcess, ...]]:
 
 @contextmanager
 def dashboard(name: str, env: Mapping[str, str], *args: str) -> Iterator[str]:
-    """``chains ui NAME`` running in a process of its own with ``env``: its origin (no trailing
-    slash), once it prints it; interrupted and waited for at the end."""
+    """``chains ui NAME`` running in a process of its own with ``env``: the URL it prints (with
+    the chain's key, if it has one), once it listens; interrupted and waited for at the end."""
     process = subprocess.Popen(
         [sys.executable, "-m", "chains", "ui", name, "--port", "0", *args],
         env=dict(env),
@@ -272,11 +273,18 @@ def dashboard(name: str, env: Mapping[str, str], *args: str) -> Iterator[str]:
         assert line.startswith(f"dashboard of chain {name!r}: http://127.0.0.1:"), (
             line + process.stderr.read()  # type: ignore[union-attr]
         )
-        yield line.split(": ", 1)[1].split()[0].split("/?")[0].rstrip("/")
+        yield line.split(": ", 1)[1].split()[0]
     finally:
-        process.send_signal(signal.SIGINT)
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
         try:
             process.wait(10)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
+
+
+def origin_of(url: str) -> str:
+    """``scheme://host:port`` of ``url``: where a page's own requests go."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"

@@ -9,7 +9,6 @@ last test also writes docs/images/dashboard.png.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import signal
 import subprocess
@@ -23,7 +22,8 @@ import httpx
 import pytest
 
 from tests.browser_support import API_KEY, REPO, metric
-from tests.helpers import wait_until
+from tests.helpers import dashboard as run_dashboard
+from tests.helpers import origin_of, wait_until
 
 CHAIN_FILE = Path(__file__).with_name("chains") / "dashboard.py"
 CHAIN = "browser-dashboard"
@@ -45,33 +45,8 @@ def _command(*args: str) -> list[str]:
 @pytest.fixture(scope="module")
 def dashboard(dashboard_chain: Any, chains_home: Path) -> Iterator[str]:
     """The URL ``chains ui`` prints (with the key), while it runs."""
-    process = subprocess.Popen(
-        _command(CHAIN, "--port", "0"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "CHAINS_HOME": str(chains_home)},
-        cwd=REPO,
-    )
-    try:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            try:
-                line = pool.submit(process.stdout.readline).result(timeout=30)  # type: ignore[union-attr]
-            except concurrent.futures.TimeoutError:
-                process.kill()
-                pytest.fail(f"chains ui printed no URL within 30 s: {process.stderr.read()}")  # type: ignore[union-attr]
-        assert line.startswith(f"dashboard of chain {CHAIN!r}: http://127.0.0.1:"), (
-            line + process.stderr.read()  # type: ignore[union-attr]
-        )
-        yield line.split(": ", 1)[1].split()[0]
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+    with run_dashboard(CHAIN, {**os.environ, "CHAINS_HOME": str(chains_home)}) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -86,11 +61,6 @@ def _wait(page: Any, expression: str, timeout: float = 20.0) -> None:
     """Until ``expression`` is true in the page. Polled from here with ``evaluate``: the page's
     Content-Security-Policy forbids the string evaluation Playwright's wait_for_function uses."""
     wait_until(lambda: page.evaluate(f"() => Boolean({expression})"), timeout, expression, poll=0.1)
-
-
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _open(page: Any, url: str) -> list[str]:
@@ -115,7 +85,7 @@ def test_the_page_shows_every_chainlet_and_loads_nothing_off_the_loopback(
 ) -> None:
     refused = _open(page, dashboard)
     # The key went into a cookie and out of the address bar.
-    assert page.evaluate("location.href") == _origin(dashboard) + "/"
+    assert page.evaluate("location.href") == origin_of(dashboard) + "/"
     names = page.evaluate("[...document.querySelectorAll('#graph g.node')].map(n => n.dataset.name)")
     assert sorted(names) == sorted(CHAINLETS)
     # The edges carry the dependencies' settings, the nodes their concurrency.
@@ -222,7 +192,7 @@ def test_traces_charts_and_logs_show_the_calls(
 
 
 def test_the_api_key_is_required(dashboard: str) -> None:
-    origin = _origin(dashboard)
+    origin = origin_of(dashboard)
     for path in ("/", "/api/overview", "/api/logs?chainlet=Entry", "/static/app.js"):
         assert httpx.get(origin + path).status_code == 401, path
         wrong = {"authorization": "Bearer not-the-key"}
@@ -251,7 +221,7 @@ def test_a_caller_leaving_a_try_it_stream_ends_it_in_the_chain(
     never = str(tmp_path / "never-created")  # the generator holds its second word until this exists
     arguments = {"prompt": "first second", "release": never}
     headers = {**key, "accept": "text/event-stream"}
-    with httpx.stream("POST", f"{_origin(dashboard)}/api/call", json=arguments, headers=headers) as answer:
+    with httpx.stream("POST", f"{origin_of(dashboard)}/api/call", json=arguments, headers=headers) as answer:
         assert answer.status_code == 200
         seen = ""
         for chunk in answer.iter_text():
@@ -266,7 +236,7 @@ def test_other_host_names_are_refused(dashboard: str) -> None:
     # A page whose own domain name was rebound to 127.0.0.1 sends that name as its host.
     port = urlsplit(dashboard).port
     headers = {"host": f"rebound.example:{port}", "authorization": f"Bearer {API_KEY}"}
-    answer = httpx.get(f"{_origin(dashboard)}/api/overview", headers=headers)
+    answer = httpx.get(f"{origin_of(dashboard)}/api/overview", headers=headers)
     assert answer.status_code == 403
     assert "127.0.0.1" in answer.json()["detail"]
 

@@ -19,7 +19,7 @@ import pytest
 import chains
 from chains.streaming.sse import SSE
 from tests.docker.conftest import ROOT, Cli, dangling_images, remove_chain
-from tests.helpers import dashboard, write_chain
+from tests.helpers import dashboard, origin_of, write_chain
 
 pytestmark = pytest.mark.docker
 
@@ -232,7 +232,8 @@ def test_call_and_logs(engine: Any, three: dict[str, Any]) -> None:
 def test_the_dashboard_shows_a_docker_chain(engine: Any, three: dict[str, Any]) -> None:
     cli: Cli = three["cli"]
     cli.run("call", "dk-three", "--json", '{"text": "seen on the page"}')
-    with dashboard("dk-three", cli.env) as origin:
+    with dashboard("dk-three", cli.env) as url:
+        origin = origin_of(url)
         overview = httpx.get(f"{origin}/api/overview", timeout=30).json()
         drawn = {node["name"]: node["replicas"] for node in overview["chainlets"]}
         assert drawn == {"Entry": 1, "Mid": 2, "Leaf": 1}  # from the descriptors built with the images

@@ -8,9 +8,7 @@ chain's state (``entrypoint_ca``) it is answered."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,7 +27,7 @@ from chains.targets.state import (
     DeploymentChainlet,
     process_identity,
 )
-from tests.helpers import generate_chain, wait_until, write_chain
+from tests.helpers import dashboard, generate_chain, origin_of, wait_until, write_chain
 from tests.integration.test_tls import TlsServer
 
 CHAIN = """
@@ -262,19 +260,8 @@ def test_the_dashboard_relays_to_the_entrypoint_with_the_recorded_authority(
 ) -> None:
     served = setup.served["Shout"]
     _record(tmp_path, "tls", served, entrypoint_ca=None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "chains", "ui", "tls", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(tmp_path),
-    )
-    try:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            assert process.stdout is not None
-            line = pool.submit(process.stdout.readline).result(timeout=30)
-        assert line.startswith("dashboard of chain 'tls': http://127.0.0.1:"), line
-        url = line.split(": ", 1)[1].split()[0].rstrip("/")
+    with dashboard("tls", _env(tmp_path)) as printed:
+        url = origin_of(printed)
         # Without the authority: the relay says the entrypoint's certificate was refused.
         refused = httpx.get(f"{url}/api/openapi", timeout=10)
         assert refused.status_code == 502
@@ -291,14 +278,6 @@ def test_the_dashboard_relays_to_the_entrypoint_with_the_recorded_authority(
         answer = httpx.post(f"{url}/api/call", json={"text": "relayed"}, timeout=10)
         assert answer.status_code == 200, answer.text
         assert answer.json() == "RELAYED"
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
 
 
 def test_a_state_written_before_entrypoint_ca_is_read_without_one() -> None:

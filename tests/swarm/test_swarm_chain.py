@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import dashboard, write_chain
+from tests.helpers import dashboard, origin_of, write_chain
 from tests.swarm.conftest import Cli, Swarm, remove_stack, service_tasks
 
 THREE = '''
@@ -226,7 +226,8 @@ def test_call_and_logs(three: dict[str, Any]) -> None:
 
 def test_the_dashboard_shows_a_swarm_chain(three: dict[str, Any]) -> None:
     cli: Cli = three["cli"]
-    with dashboard("sw-three", cli.env) as origin:
+    with dashboard("sw-three", cli.env) as url:
+        origin = origin_of(url)
         overview = httpx.get(f"{origin}/api/overview", timeout=30).json()
         assert overview["target"] == "swarm"
         assert {node["name"] for node in overview["chainlets"]} == {"Entry", "Mid", "Leaf"}
