@@ -419,19 +419,11 @@ class SwarmTarget:
         # and is gone only once the manager no longer lists it: a deploy right after would
         # otherwise find it and not make it again.
         deadline = time.monotonic() + grace + STOP_TIMEOUT_SEC
-        problems: list[str] = []
         while True:
-            problems = []
             networks = engine.client.networks.list(filters={"label": f"{STACK_LABEL}={stack.name}"})
             if not networks:
                 return
-            for network in networks:
-                try:
-                    network.remove()
-                except engine.errors.NotFound:
-                    pass
-                except engine.errors.DockerException as exc:
-                    problems.append(f"network {network.name}: {exc}")
+            problems = engine.remove_each(networks, "network")
             if time.monotonic() > deadline:
                 break
             time.sleep(_POLL_SEC)
