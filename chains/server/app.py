@@ -63,6 +63,7 @@ from chains.streaming import shape_of
 from chains.wire import HEALTHZ, JSON_MEDIA_TYPE, METRICS, READYZ, RUN_REMOTE
 
 if TYPE_CHECKING:
+    from chains.server.jobs import JobRoutes
     from chains.tracing.spans import Tracing
 
 # StreamAborted is raised out of the app to the ASGI server, which the runner (serve.py) knows.
@@ -115,6 +116,7 @@ class ChainletApp:
         if settings.is_entrypoint:
             self._browser = BrowserRoutes(spec, settings.cors, settings.api_key, self.metrics)
         self.conversations = Conversations()
+        self._jobs = self._job_routes() if settings.jobs is not None and settings.is_entrypoint else None
         if not settings.is_entrypoint and not settings.internal_token:
             raise ValueError(
                 f"chainlet {spec.name} is internal (not the entrypoint) and needs the chain's token: "
@@ -128,12 +130,32 @@ class ChainletApp:
         self._tracing = tracing.active()
         self._build_task = asyncio.create_task(self._build())
 
+    def _job_routes(self) -> JobRoutes:
+        from chains.jobs.store import SqliteJobStore
+        from chains.server.jobs import JobRoutes
+
+        jobs = self.settings.jobs
+        assert jobs is not None
+        return JobRoutes(
+            self.spec,
+            self.settings.chain,
+            SqliteJobStore(jobs.store, jobs.limits),
+            self._credentials,
+            self._invoke,
+            max_body_bytes=self.settings.max_body_bytes,
+            run_timeout_sec=jobs.run_timeout_sec,
+            webhook_secret=jobs.webhook_secret,
+            workers=jobs.workers,
+        )
+
     async def _build(self) -> None:
         try:
             self.instance = await asyncio.to_thread(self._factory, self.metrics)
             self._capacity.install_batcher(
                 self.instance, self.spec.endpoint.batching, self.spec.name, self.metrics
             )
+            if self._jobs is not None:
+                self._jobs.start()  # jobs run once the chainlet can take them
             if self.settings.ready_file is not None:
                 self.settings.ready_file.touch()
             logger.info("chainlet %s is ready", self.spec.name)
@@ -144,6 +166,8 @@ class ChainletApp:
             self.started.set()
 
     async def shutdown(self) -> None:
+        if self._jobs is not None:
+            await self._jobs.stop(self.settings.grace_sec)
         if self._on_shutdown is not None:
             await self._on_shutdown()
         if self._capacity.batcher is not None:
@@ -200,6 +224,9 @@ class ChainletApp:
                 await send_json(send, 405, {"detail": "use POST /run_remote"}, [(b"allow", b"POST")])
                 return
             await self._run_remote(scope, receive, send)
+            return
+        if self._jobs is not None and self._jobs.handles(path):
+            await self._jobs.serve(scope, receive, send)
             return
         if method not in ("GET", "HEAD"):
             await send_json(send, 405, {"detail": f"use GET {path}"}, [(b"allow", b"GET")])

@@ -30,7 +30,9 @@ class Credentials:
             return None
         given = headers.get("authorization", "")
         scheme, _, credential = given.partition(" ")
-        if scheme.lower() != "bearer":
+        # ``Api-Key`` is Baseten's scheme: code written against its API sends the key so.
+        scheme = scheme.lower()
+        if scheme != "bearer" and not (scheme == "api-key" and self._entrypoint):
             credential = headers.get("x-api-key", "") if self._entrypoint else ""
         if not credential:
             what = "an API key" if self._entrypoint else "the chain's internal token"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chains.errors import ChainsUsageError
+from chains.jobs.settings import JobSettings
 from chains.server.cors import CorsPolicy
 from chains.tls import TlsSettings
 from chains.wire import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
@@ -162,6 +163,8 @@ class ServerSettings:
     request_log: bool = True
     # HTTPS served, and the CA the dependencies are verified with (see chains/tls.py).
     tls: TlsSettings = field(default_factory=TlsSettings)
+    # The entrypoint's async calls (docs/jobs.md); None: no async routes.
+    jobs: JobSettings | None = None
 
     @property
     def shows_tracebacks(self) -> bool:
@@ -232,6 +235,7 @@ class ServerSettings:
             cors=_cors(env.get("CHAINS_CORS_ORIGINS", "")),
             request_log=_switch(env, "CHAINS_REQUEST_LOG", default=True),
             tls=TlsSettings.from_env(env),
+            jobs=JobSettings.from_env(env) if env.get("CHAINS_IS_ENTRYPOINT", "") in ("1", "true") else None,
         )
 
 

@@ -24,6 +24,7 @@ from chains.progress import Board, Stage
 from chains.source_map import condense, drop_cancellations, find_cause, to_user_files
 from chains.targets import is_alive
 from chains.targets.environment import chainlet_environment
+from chains.targets.job_env import job_environment
 from chains.targets.logs import follow_files
 from chains.targets.options import LocalOptions
 from chains.targets.ports import check_port_free, port_free, port_of
@@ -139,8 +140,13 @@ class _LocalLaunch:
         # The chain's recent traces, kept on this machine (CHAINS_TRACE_STORE=off in push's
         # environment turns that off; OTEL_EXPORTER_OTLP_ENDPOINT adds a collector).
         traces = {STORE_ENV: os.environ.get(STORE_ENV) or str(store_path(home))}
+        jobs = job_environment(home)  # the entrypoint's async calls (docs/jobs.md)
         envs = {
-            spec.name: {**chainlet_environment(chain, spec, token, options, "local"), **traces}
+            spec.name: {
+                **chainlet_environment(chain, spec, token, options, "local"),
+                **traces,
+                **(jobs if spec is chain.entrypoint else {}),
+            }
             for spec in chain.chainlets
         }
         deployment = Deployment(

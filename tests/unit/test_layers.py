@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
             "chains.streaming",
             "chains.websocket",
             "chains.tracing",
+            "chains.jobs",
             "chains.batching",
             "chains.batcher",
             "chains.pydantic_numpy",

@@ -1,0 +1,242 @@
+"""The entrypoint's async routes: Baseten's async API over the chain's job store.
+
+- ``POST /async_run_remote``: ``{"model_input": {...}, "webhook_endpoint", "priority",
+  "max_time_in_queue_seconds", "inference_retry_config"}`` → ``{"request_id": "..."}``, once
+  the job is on disk;
+- ``GET /async_request/{id}``: its status, with Baseten's fields;
+- ``GET /async_request/{id}/output``: its result, as ``POST /run_remote`` would have answered;
+- ``DELETE /async_request/{id}``: cancel it, queued or running;
+- ``GET /async_request``: the latest jobs (``?status=QUEUED&limit=20``).
+
+They take the same credentials as ``/run_remote``. Workers in this process run the jobs
+(:mod:`chains.jobs.runner`); see docs/jobs.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+import pydantic
+
+from chains import codec
+from chains.call_context import CallContext, serving_call
+from chains.jobs.records import AsyncRequest, Job, JobStatus
+from chains.jobs.runner import JobFailed, JobRunner, RunnerSettings
+from chains.jobs.store import JobRefused, JobStore
+from chains.model import ChainletSpec
+from chains.server.asgi import (
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    header_map,
+    read_body,
+    send_bytes,
+    send_json,
+)
+from chains.server.credentials import Credentials
+
+__all__ = ["ASYNC_REQUEST", "ASYNC_RUN_REMOTE", "JobRoutes"]
+
+ASYNC_RUN_REMOTE = "/async_run_remote"
+ASYNC_REQUEST = "/async_request"
+
+_JSON = b"application/json"
+
+
+class JobRoutes:
+    """Serves the async routes of one entrypoint, and runs its jobs."""
+
+    def __init__(
+        self,
+        spec: ChainletSpec,
+        chain: str,
+        store: JobStore,
+        credentials: Credentials,
+        invoke: Callable[[dict[str, Any]], Awaitable[Any]],
+        *,
+        max_body_bytes: int,
+        run_timeout_sec: float,
+        webhook_secret: str | None,
+        workers: int = 2,
+    ) -> None:
+        self.spec = spec
+        self.chain = chain
+        self.store = store
+        self._credentials = credentials
+        self._invoke_endpoint = invoke
+        self._max_body = max_body_bytes
+        self._run_timeout = run_timeout_sec
+        self.runner = JobRunner(
+            store,
+            self._run_job,
+            chain=chain,
+            webhook_secret=webhook_secret,
+            settings=RunnerSettings(workers=workers),
+        )
+
+    @staticmethod
+    def handles(path: str) -> bool:
+        return path in (ASYNC_RUN_REMOTE, ASYNC_REQUEST) or path.startswith(ASYNC_REQUEST + "/")
+
+    def start(self) -> None:
+        self.runner.start()
+
+    async def stop(self, grace_sec: float) -> None:
+        await self.runner.stop(grace_sec)
+
+    # -- running one job -----------------------------------------------------------------------
+
+    async def _run_job(self, job: Job) -> bytes:
+        endpoint = self.spec.endpoint
+        try:
+            arguments = codec.decode_args(endpoint, job.model_input)
+        except pydantic.ValidationError as exc:
+            raise JobFailed("INVALID_INPUT", _errors_text(exc)) from None
+        # The job's id is the call's request id in every attempt: a body that must not repeat
+        # a side effect keys it by the request id (docs/jobs.md).
+        call = CallContext(job.id, time.monotonic() + self._run_timeout)
+        with serving_call(call):
+            async with asyncio.timeout(self._run_timeout):
+                value = await self._invoke_endpoint(arguments)
+        return codec.encode_result(endpoint, value)
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = header_map(scope)
+        refusal = self._credentials.refusal(headers)
+        if refusal is not None:
+            await send_json(send, 401, {"detail": refusal})
+            return
+        path: str = scope["path"]
+        method: str = scope["method"]
+        try:
+            if path == ASYNC_RUN_REMOTE:
+                if method != "POST":
+                    await _not_allowed(send, "POST", path)
+                    return
+                await self._submit(headers, receive, send)
+                return
+            if path == ASYNC_REQUEST:
+                if method != "GET":
+                    await _not_allowed(send, "GET", path)
+                    return
+                await self._list(scope, send)
+                return
+            job_id, _, rest = path[len(ASYNC_REQUEST) + 1 :].partition("/")
+            if rest == "output" and method == "GET":
+                await self._output(job_id, send)
+            elif rest == "" and method == "GET":
+                await self._status(job_id, send)
+            elif rest == "" and method == "DELETE":
+                await self._cancel(job_id, send)
+            else:
+                await send_json(send, 404, {"detail": f"no route {method} {path}; see docs/jobs.md"})
+        except JobRefused as exc:
+            retry = [(b"retry-after", b"5")] if exc.status == 503 else []
+            await send_json(send, exc.status, {"detail": exc.message}, retry)
+
+    async def _submit(self, headers: dict[str, str], receive: Receive, send: Send) -> None:
+        if self.spec.endpoint.is_stream or self.spec.endpoint.output_kind.is_socket:
+            await send_json(
+                send,
+                400,
+                {
+                    "detail": f"{self.spec.name}.run_remote streams: async calls of streaming "
+                    "endpoints are not supported; call POST /run_remote"
+                },
+            )
+            return
+        try:
+            body = await read_body(receive, self._max_body, headers.get("content-length"))
+        except BodyTooLarge:
+            await send_json(send, 413, {"detail": f"request body over the limit of {self._max_body} bytes"})
+            return
+        except ClientGone:
+            return
+        try:
+            request = AsyncRequest.model_validate_json(body)
+        except pydantic.ValidationError as exc:
+            errors = exc.errors(include_url=False, include_input=False, include_context=False)
+            await send_json(send, 422, {"detail": errors})
+            return
+        model_input = json.dumps(request.model_input, separators=(",", ":"), allow_nan=False).encode()
+        try:
+            codec.decode_args(self.spec.endpoint, model_input)
+        except pydantic.ValidationError as exc:
+            # Refused at the door, not accepted and failed later: the caller is still here to see why.
+            errors = exc.errors(include_url=False, include_input=False, include_context=False)
+            await send_json(send, 422, {"detail": [{**e, "loc": ["model_input", *e["loc"]]} for e in errors]})
+            return
+        job = await asyncio.to_thread(self.store.submit, request, model_input, now=time.time())
+        self.runner.wake()
+        await send_json(send, 200, {"request_id": job.id})
+
+    async def _status(self, job_id: str, send: Send) -> None:
+        job = await asyncio.to_thread(self.store.get, job_id)
+        if job is None:
+            await send_json(send, 404, {"detail": f"no async request {job_id!r} (or its retention ran out)"})
+            return
+        await send_json(send, 200, job.status_json(self.chain))
+
+    async def _output(self, job_id: str, send: Send) -> None:
+        job = await asyncio.to_thread(self.store.get, job_id)
+        if job is None:
+            await send_json(send, 404, {"detail": f"no async request {job_id!r} (or its retention ran out)"})
+        elif job.status is not JobStatus.SUCCEEDED or job.output is None:
+            await send_json(
+                send,
+                409,
+                {
+                    "detail": f"async request {job_id} has no output: it is {job.status.value}",
+                    **job.status_json(self.chain),
+                },
+            )
+        else:
+            await send_bytes(send, 200, job.output, _JSON)
+
+    async def _cancel(self, job_id: str, send: Send) -> None:
+        job = await asyncio.to_thread(self.store.cancel, job_id, now=time.time())
+        if job is None:
+            await send_json(send, 404, {"detail": f"no async request {job_id!r} (or its retention ran out)"})
+            return
+        self.runner.cancel_now(job_id)
+        if job.status is JobStatus.CANCELED or job.cancel_requested:
+            canceled, message = (
+                True,
+                "canceled" if job.status is JobStatus.CANCELED else "cancellation requested",
+            )
+        else:
+            canceled, message = False, f"the request already ended: {job.status.value}"
+        await send_json(send, 200, {"request_id": job_id, "canceled": canceled, "message": message})
+
+    async def _list(self, scope: Scope, send: Send) -> None:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        status_text = query.get("status", [""])[0].upper()
+        try:
+            status = JobStatus(status_text) if status_text else None
+            limit = min(max(int(query.get("limit", ["50"])[0]), 1), 1000)
+        except ValueError:
+            known = ", ".join(s.value for s in JobStatus)
+            await send_json(send, 400, {"detail": f"status must be one of {known}, and limit a number"})
+            return
+        jobs = await asyncio.to_thread(lambda: self.store.recent(limit=limit, status=status))
+        await send_json(send, 200, {"requests": [job.status_json(self.chain) for job in jobs]})
+
+
+async def _not_allowed(send: Send, method: str, path: str) -> None:
+    await send_json(send, 405, {"detail": f"use {method} {path}"}, [(b"allow", method.encode())])
+
+
+def _errors_text(exc: pydantic.ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+        for e in exc.errors(include_url=False, include_input=False, include_context=False)
+    )
