@@ -6,7 +6,7 @@ on, in ``authoring`` (a chain file), ``deploying`` (push), ``running`` (a pushed
 receives. Importing the command modules registers their commands.
 """
 
-from chains.cli import authoring, deploying, observing, running  # noqa: F401  (registers the commands)
+from chains.cli import authoring, deploying, jobs, observing, running  # noqa: F401  (registers the commands)
 from chains.cli.group import main
 
 __all__ = ["main"]

@@ -244,6 +244,13 @@ def _stopped_logs(name: str, chainlet: str | None, lines: int) -> None:
         f"authority), else the system's authorities. [env: {CA_FILE_ENVVAR}]"
     ),
 )
+@click.option(
+    "--async",
+    "as_job",
+    is_flag=True,
+    help="Submit the call as an async job and print its request id (see `chains jobs`).",
+)
+@click.option("--webhook", help="With --async: the URL the result is POSTed to, signed.")
 def call(
     name: str,
     json_args: str | None,
@@ -251,6 +258,8 @@ def call(
     api_key: str | None,
     timeout: float,
     ca_file: Path | None,
+    as_job: bool,
+    webhook: str | None,
 ) -> None:
     """Call chain NAME's entrypoint and print the answer; streams print as they arrive.
 
@@ -263,6 +272,7 @@ def call(
       chains call my-chain --json '{"text": "hello"}'
       chains call my-chain --file args.json --timeout 600
       chains call my-chain --json '{"text": "hello"}' --ca-file proxy-ca.pem
+      chains call my-chain --async --json '{"text": "hello"}'
     """
     from chains.cli.calling import CallFailed, UntrustedCertificate, call_entrypoint, converse_with_entrypoint
     from chains.deploy import find_state
@@ -280,6 +290,11 @@ def call(
         fail('error: the arguments must be a JSON object, e.g. --json \'{"prompt": "hi"}\'')
     if not is_alive(state):
         fail(f"error: chain {name!r} is stale (its supervisor is gone); push it again")
+    if as_job:
+        from chains.cli.jobs import submit_job
+
+        click.echo(submit_job(state, arguments, api_key=api_key, webhook=webhook))
+        return
     kind = guarded(lambda: kind_named(state.entrypoint_kind))
     context = guarded(lambda: _entrypoint_context(state, ca_file))
     try:

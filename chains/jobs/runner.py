@@ -145,12 +145,29 @@ class JobRunner:
                 job, JobError(type(exc).__name__, str(exc) or type(exc).__name__), retryable=True
             )
         else:
-            stored = await asyncio.to_thread(self.store.finish, job.id, self.owner, output, now=time.time())
+            stored = await self._store_output(job, output)
             if stored:
                 logger.info("job %s: succeeded", job.id)
                 self.wake()
             else:
                 logger.warning("job %s: finished after its lease was lost; its result was not kept", job.id)
+
+    async def _store_output(self, job: Job, output: bytes) -> bool:
+        """Keep the output, waiting out a full disk or a busy store: work that finished is not
+        thrown away while its lease holds (the renewals go on meanwhile)."""
+        delay = 0.5
+        while True:
+            try:
+                return await asyncio.to_thread(self.store.finish, job.id, self.owner, output, now=time.time())
+            except JobRefused as exc:
+                logger.error("job %s: its output cannot be stored yet (%s); retrying", job.id, exc.message)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def stop_claiming(self) -> None:
+        """Run no new job (the server drains); running ones go on."""
+        self._stopping = True
+        self._wake.set()
 
     async def _failed(self, job: Job, error: JobError, *, retryable: bool) -> None:
         status = await asyncio.to_thread(

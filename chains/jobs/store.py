@@ -169,12 +169,15 @@ class SqliteJobStore:
         try:
             yield db
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite has rolled back by itself after some errors (a full disk among them).
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
         try:
             db.execute("COMMIT")
         except sqlite3.OperationalError as exc:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise _refusal(exc) from None
 
     def close(self) -> None:

@@ -180,6 +180,8 @@ class ChainletApp:
         connections opened before the drain) are answered, not refused: a client that sent a
         call on a connection it already had has nowhere else to send it."""
         self.draining = True
+        if self._jobs is not None:
+            self._jobs.runner.stop_claiming()  # a job claimed now would find its dependencies gone
 
     @property
     def in_flight(self) -> int:
