@@ -7,7 +7,8 @@ True
 """
 
 from chains.jobs.records import AsyncRequest, Job, JobError, JobStatus, RetryConfig, WebhookStatus
-from chains.jobs.store import JobLimits, JobRefused, JobStore, SqliteJobStore
+from chains.jobs.sqlite_store import SqliteJobStore
+from chains.jobs.store import JobLimits, JobRefused, JobStore
 from chains.jobs.webhook import WebhookRefused, sign, verify
 
 __all__ = [

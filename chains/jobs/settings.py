@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chains.errors import ChainsUsageError
-from chains.jobs.store import JobLimits
+from chains.jobs.store import JobLimits, JobStore
 
 __all__ = ["JOBS_STORE_ENV", "WEBHOOK_SECRET_ENV", "JobSettings"]
 
@@ -27,7 +27,7 @@ WEBHOOK_SECRET_ENV = "CHAINS_WEBHOOK_SECRET"
 
 @dataclass(frozen=True)
 class JobSettings:
-    store: Path
+    store: str  # a file's path (SQLite), or a postgresql:// URL
     limits: JobLimits = field(default_factory=JobLimits)
     workers: int = 2
     run_timeout_sec: float = 3600.0  # one attempt's time, as Baseten's one hour
@@ -59,9 +59,19 @@ class JobSettings:
             retention_sec=number("CHAINS_JOBS_RETENTION_SEC", base.retention_sec),
         )
         return cls(
-            store=Path(where),
+            store=where,
             limits=limits,
             workers=int(number("CHAINS_JOB_WORKERS", 2)),
             run_timeout_sec=number("CHAINS_JOB_TIMEOUT_SEC", 3600.0),
             webhook_secret=env.get(WEBHOOK_SECRET_ENV) or None,
         )
+
+    def open_store(self, chain: str) -> JobStore:
+        """The store these settings name, opened (its tables made if new)."""
+        from chains.jobs.postgres_store import PostgresJobStore, is_postgres_url
+
+        if is_postgres_url(self.store):
+            return PostgresJobStore(self.store, chain, self.limits)
+        from chains.jobs.sqlite_store import SqliteJobStore
+
+        return SqliteJobStore(Path(self.store), self.limits)

@@ -1,4 +1,4 @@
-"""Where async calls are kept: one interface, and the embedded store behind it.
+"""Where async calls are kept: one interface, and the rules every store behind it keeps.
 
 The store is the only place a job lives, so what it promises is what the API promises:
 
@@ -11,10 +11,13 @@ The store is the only place a job lives, so what it promises is what the API pro
 - a refusal (queue full, payload too big, stored bytes over the bound, disk full) is raised as
   :class:`JobRefused` before anything is kept, never a silent drop.
 
-:class:`SqliteJobStore` is the embedded store: one SQLite file in the chain's state folder
-(WAL mode: the entrypoint's replicas and ``chains jobs`` use it at once), nothing to install.
+:class:`SqlJobStore` writes those rules once, in SQL; two databases stand behind it:
+:class:`~chains.jobs.sqlite_store.SqliteJobStore`, the embedded store (one file in the chain's
+state folder, nothing to install), and :class:`~chains.jobs.postgres_store.PostgresJobStore`,
+the store a chain shares across machines (docs/jobs.md says why PostgreSQL).
 
 >>> import tempfile, pathlib
+>>> from chains.jobs.sqlite_store import SqliteJobStore
 >>> store = SqliteJobStore(pathlib.Path(tempfile.mkdtemp()) / "jobs.sqlite")
 >>> job = store.submit(AsyncRequest(model_input={"x": 1}), b'{"x": 1}', now=0.0)
 >>> store.claim("worker-1", lease_sec=10, now=1.0).id == job.id
@@ -26,17 +29,15 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from chains.jobs.records import AsyncRequest, Job, JobError, JobStatus, RetryConfig, WebhookStatus
 
-__all__ = ["JobLimits", "JobRefused", "JobStore", "SqliteJobStore", "new_job_id"]
+__all__ = ["SCHEMA", "JobLimits", "JobRefused", "JobStore", "SqlJobStore", "new_job_id", "worker_owner"]
 
 
 class JobRefused(Exception):
@@ -90,33 +91,37 @@ class JobStore(Protocol):
     def purge(self, *, now: float) -> int: ...
 
 
+T = TypeVar("T")
+
+
 def new_job_id() -> str:
     """A request id that names nothing but the job (32 hex digits, like Baseten's)."""
     return secrets.token_hex(16)
 
 
-_SCHEMA = """
+# The tables, with a database's names for integers, reals and blobs put in by ``format``.
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY,
     status TEXT NOT NULL,
-    priority INTEGER NOT NULL,
-    created REAL NOT NULL,
-    status_at REAL NOT NULL,
-    queue_deadline REAL NOT NULL,
-    not_before REAL NOT NULL,
-    model_input BLOB NOT NULL,
+    priority {int} NOT NULL,
+    created {real} NOT NULL,
+    status_at {real} NOT NULL,
+    queue_deadline {real} NOT NULL,
+    not_before {real} NOT NULL,
+    model_input {blob} NOT NULL,
     webhook TEXT,
     webhook_status TEXT NOT NULL,
-    webhook_attempts INTEGER NOT NULL DEFAULT 0,
-    webhook_next REAL NOT NULL DEFAULT 0,
+    webhook_attempts {int} NOT NULL DEFAULT 0,
+    webhook_next {real} NOT NULL DEFAULT 0,
     retry TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
+    attempts {int} NOT NULL DEFAULT 0,
     lease_owner TEXT,
-    lease_until REAL NOT NULL DEFAULT 0,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    output BLOB,
+    lease_until {real} NOT NULL DEFAULT 0,
+    cancel_requested {int} NOT NULL DEFAULT 0,
+    output {blob},
     errors TEXT NOT NULL DEFAULT '[]',
-    stored_bytes INTEGER NOT NULL
+    stored_bytes {int} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (status, priority, created);
 CREATE INDEX IF NOT EXISTS jobs_webhooks ON jobs (webhook_status, webhook_next);
@@ -124,67 +129,90 @@ CREATE INDEX IF NOT EXISTS jobs_webhooks ON jobs (webhook_status, webhook_next);
 
 _ACTIVE = (JobStatus.QUEUED.value, JobStatus.IN_PROGRESS.value)
 _ENDED_SENT = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.EXPIRED.value)
-_BUSY_TIMEOUT_SEC = 10.0
 
 
-class SqliteJobStore:
-    """Jobs in one SQLite file, owner-only (0600), written in immediate transactions so that
-    two workers never claim the same job."""
+class SqlJobStore:
+    """The store's rules in SQL, shared by the embedded store and the shared one: each write is
+    one transaction that holds the store's write lock (SQLite's immediate transactions, an
+    advisory lock in PostgreSQL), so two workers never claim the same job. A subclass gives
+    the connection, the transaction's start, and what its driver's errors mean."""
 
-    def __init__(self, path: Path, limits: JobLimits | None = None) -> None:
-        self.path = path
-        self.limits = limits or JobLimits()
-        self._local = threading.local()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Created owner-only before SQLite opens it: inputs and outputs are the users' data.
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-        try:
-            self._db().executescript(_SCHEMA)  # its own transaction: executescript commits first
-        except sqlite3.OperationalError as exc:
-            raise _refusal(exc) from None
+    limits: JobLimits
+    _driver_errors: tuple[type[Exception], ...] = ()
 
-    # -- connections -------------------------------------------------------------------------
+    # -- what a database gives -----------------------------------------------------------------
 
-    def _db(self) -> sqlite3.Connection:
-        # One connection a thread: the server calls the store from asyncio's worker threads.
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_SEC, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # an accepted job survives a machine's power loss
-            self._local.db = db
-            for suffix in ("-wal", "-shm"):
-                side = Path(f"{self.path}{suffix}")
-                if side.exists():
-                    side.chmod(0o600)
-        return db
+    def _db(self) -> Any:
+        raise NotImplementedError
+
+    def _begin(self, db: Any) -> None:
+        raise NotImplementedError
+
+    def _in_transaction(self, db: Any) -> bool:
+        raise NotImplementedError
+
+    def _refusal(self, exc: Exception) -> JobRefused:
+        raise NotImplementedError
+
+    def _sql(self, text: str) -> str:
+        return text
+
+    def _exec(self, db: Any, text: str, params: Sequence[object] = ()) -> Any:
+        return db.execute(self._sql(text), tuple(params))
+
+    def _fresh(self, start: Callable[[Any], T]) -> T:
+        """``start(connection)``, once more on a new connection if the one held was broken
+        (a shared store restarted since it was last used): nothing was done on a broken one."""
+        for attempt in (1, 2):
+            try:
+                return start(self._db())
+            except self._driver_errors as exc:
+                self._lost(exc)
+                if attempt == 2 or not self._was_lost(exc):
+                    raise self._refusal(exc) from None
+        raise AssertionError("unreachable")
+
+    def _was_lost(self, exc: Exception) -> bool:
+        """Whether ``exc`` means the connection broke (so a new one may well work)."""
+        return False
+
+    def _rows(self, text: str, params: Sequence[object] = ()) -> list[Any]:
+        """A read outside a write's transaction."""
+        return self._fresh(lambda db: list(self._exec(db, text, params).fetchall()))
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        db = self._db()
-        try:
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise _refusal(exc) from None
+    def _write(self) -> Iterator[Any]:
+        def begin(db: Any) -> Any:
+            self._begin(db)
+            return db
+
+        db = self._fresh(begin)
         try:
             yield db
+        except self._driver_errors as exc:
+            self._rollback(db)
+            self._lost(exc)
+            raise self._refusal(exc) from None
         except BaseException:
-            # SQLite has rolled back by itself after some errors (a full disk among them).
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            self._rollback(db)
             raise
         try:
-            db.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise _refusal(exc) from None
+            self._exec(db, "COMMIT")
+        except self._driver_errors as exc:
+            self._rollback(db)
+            self._lost(exc)
+            raise self._refusal(exc) from None
 
-    def close(self) -> None:
-        db = getattr(self._local, "db", None)
-        if db is not None:
-            db.close()
-            self._local.db = None
+    def _rollback(self, db: Any) -> None:
+        # The database may have rolled back by itself (SQLite after a full disk), or be gone.
+        try:
+            if self._in_transaction(db):
+                self._exec(db, "ROLLBACK")
+        except self._driver_errors:
+            pass
+
+    def _lost(self, exc: Exception) -> None:
+        """Forget a connection that ``exc`` shows broken (the server restarted, say)."""
 
     # -- submitting and reading ----------------------------------------------------------------
 
@@ -198,64 +226,63 @@ class SqliteJobStore:
             )
         job_id = new_job_id()
         webhook = WebhookStatus.PENDING if request.webhook_endpoint else WebhookStatus.NO_WEBHOOK_PROVIDED
-        try:
-            with self._write() as db:
-                active, stored = db.execute(
-                    "SELECT (SELECT COUNT(*) FROM jobs WHERE status IN (?, ?)),"
-                    " (SELECT COALESCE(SUM(stored_bytes), 0) FROM jobs)",
-                    _ACTIVE,
-                ).fetchone()
-                if active >= limits.max_queued:
-                    raise JobRefused(
-                        503,
-                        f"the job queue is full ({active} jobs queued or running, CHAINS_JOBS_MAX_QUEUED="
-                        f"{limits.max_queued}); retry later",
-                    )
-                if stored + len(model_input) > limits.max_stored_bytes:
-                    raise JobRefused(
-                        507,
-                        f"the job store holds {stored} bytes, and this job would pass its bound of "
-                        f"{limits.max_stored_bytes} (CHAINS_JOBS_MAX_STORED_BYTES); retry once older "
-                        "jobs are fetched and retired",
-                    )
-                db.execute(
-                    "INSERT INTO jobs (id, status, priority, created, status_at, queue_deadline,"
-                    " not_before, model_input, webhook, webhook_status, retry, stored_bytes)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        job_id,
-                        JobStatus.QUEUED.value,
-                        request.priority,
-                        now,
-                        now,
-                        now + request.max_time_in_queue_seconds,
-                        now,
-                        model_input,
-                        request.webhook_endpoint,
-                        webhook.value,
-                        request.retry.model_dump_json(),
-                        len(model_input),
-                    ),
+        with self._write() as db:
+            active, stored = self._exec(
+                db,
+                "SELECT (SELECT COUNT(*) FROM jobs WHERE status IN (?, ?)),"
+                " (SELECT COALESCE(SUM(stored_bytes), 0) FROM jobs)",
+                _ACTIVE,
+            ).fetchone()
+            if active >= limits.max_queued:
+                raise JobRefused(
+                    503,
+                    f"the job queue is full ({active} jobs queued or running, CHAINS_JOBS_MAX_QUEUED="
+                    f"{limits.max_queued}); retry later",
                 )
-        except sqlite3.OperationalError as exc:
-            raise _refusal(exc) from None
+            if stored + len(model_input) > limits.max_stored_bytes:
+                raise JobRefused(
+                    507,
+                    f"the job store holds {stored} bytes, and this job would pass its bound of "
+                    f"{limits.max_stored_bytes} (CHAINS_JOBS_MAX_STORED_BYTES); retry once older "
+                    "jobs are fetched and retired",
+                )
+            self._exec(
+                db,
+                "INSERT INTO jobs (id, status, priority, created, status_at, queue_deadline,"
+                " not_before, model_input, webhook, webhook_status, retry, stored_bytes)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job_id,
+                    JobStatus.QUEUED.value,
+                    request.priority,
+                    now,
+                    now,
+                    now + request.max_time_in_queue_seconds,
+                    now,
+                    model_input,
+                    request.webhook_endpoint,
+                    webhook.value,
+                    request.retry.model_dump_json(),
+                    len(model_input),
+                ),
+            )
         job = self.get(job_id)
         assert job is not None
         return job
 
     def get(self, job_id: str) -> Job | None:
-        row = self._db().execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return _job(row) if row is not None else None
+        rows = self._rows(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        return _job(rows[0]) if rows else None
 
     def recent(self, *, limit: int = 50, status: JobStatus | None = None) -> list[Job]:
         if status is None:
-            rows = self._db().execute(f"SELECT {_COLUMNS} FROM jobs ORDER BY created DESC LIMIT ?", (limit,))
+            rows = self._rows(f"SELECT {_COLUMNS} FROM jobs ORDER BY created DESC LIMIT ?", (limit,))
         else:
-            rows = self._db().execute(
+            rows = self._rows(
                 f"SELECT {_COLUMNS} FROM jobs WHERE status = ? ORDER BY created DESC LIMIT ?",
                 (status.value, limit),
             )
-        return [_job(row) for row in rows.fetchall()]
+        return [_job(row) for row in rows]
 
     # -- running -------------------------------------------------------------------------------
 
@@ -264,13 +291,15 @@ class SqliteJobStore:
         past their time in the queue expire, and jobs whose worker stopped renewing its lease
         (or whose worker on this machine is gone) are taken back first."""
         with self._write() as db:
-            db.execute(
+            self._exec(
+                db,
                 "UPDATE jobs SET status = ?, status_at = ?, errors = ?"
                 " WHERE status = ? AND queue_deadline < ?",
                 (JobStatus.EXPIRED.value, now, _EXPIRED, JobStatus.QUEUED.value, now),
             )
             self._mark_webhooks_for_terminal(db, now)
-            lost = db.execute(
+            lost = self._exec(
+                db,
                 "SELECT id, lease_owner, lease_until, attempts, retry FROM jobs WHERE status = ?",
                 (JobStatus.IN_PROGRESS.value,),
             ).fetchall()
@@ -283,13 +312,15 @@ class SqliteJobStore:
                     f"the chainlet running it stopped during attempt {attempts} of {retry.max_attempts}",
                 )
                 self._fail_locked(db, job_id, attempts, retry, error, retryable=True, now=now)
-            row = db.execute(
+            row = self._exec(
+                db,
                 "SELECT id FROM jobs WHERE status = ? AND not_before <= ? ORDER BY priority, created LIMIT 1",
                 (JobStatus.QUEUED.value, now),
             ).fetchone()
             if row is None:
                 return None
-            db.execute(
+            self._exec(
+                db,
                 "UPDATE jobs SET status = ?, status_at = ?, attempts = attempts + 1, lease_owner = ?,"
                 " lease_until = ? WHERE id = ?",
                 (JobStatus.IN_PROGRESS.value, now, owner, now + lease_sec, row[0]),
@@ -302,19 +333,21 @@ class SqliteJobStore:
             return set()
         marks = ",".join("?" * len(job_ids))
         with self._write() as db:
-            db.execute(
+            self._exec(
+                db,
                 f"UPDATE jobs SET lease_until = ? WHERE lease_owner = ? AND status = ? AND id IN ({marks})",
                 (now + lease_sec, owner, JobStatus.IN_PROGRESS.value, *job_ids),
             )
-            rows = db.execute(
-                f"SELECT id FROM jobs WHERE cancel_requested = 1 AND id IN ({marks})", tuple(job_ids)
+            rows = self._exec(
+                db, f"SELECT id FROM jobs WHERE cancel_requested = 1 AND id IN ({marks})", tuple(job_ids)
             ).fetchall()
         return {row[0] for row in rows}
 
     def finish(self, job_id: str, owner: str, output: bytes, *, now: float) -> bool:
         """Store the result and mark the job done, if ``owner`` still holds it."""
         with self._write() as db:
-            done = db.execute(
+            done = self._exec(
+                db,
                 "UPDATE jobs SET status = ?, status_at = ?, output = ?, stored_bytes = stored_bytes + ?,"
                 " lease_owner = NULL, errors = '[]' WHERE id = ? AND lease_owner = ? AND status = ?",
                 (
@@ -328,12 +361,13 @@ class SqliteJobStore:
                 ),
             ).rowcount
             self._mark_webhooks_for_terminal(db, now)
-        return done == 1
+        return bool(done == 1)
 
     def fail(self, job_id: str, owner: str, error: JobError, *, retryable: bool, now: float) -> JobStatus:
         """An attempt failed: the job runs again later (per its retry config) or fails for good."""
         with self._write() as db:
-            row = db.execute(
+            row = self._exec(
+                db,
                 "SELECT attempts, retry FROM jobs WHERE id = ? AND lease_owner = ? AND status = ?",
                 (job_id, owner, JobStatus.IN_PROGRESS.value),
             ).fetchone()
@@ -353,7 +387,7 @@ class SqliteJobStore:
 
     def _fail_locked(
         self,
-        db: sqlite3.Connection,
+        db: Any,
         job_id: str,
         attempts: int,
         retry: RetryConfig,
@@ -363,13 +397,15 @@ class SqliteJobStore:
         now: float,
     ) -> JobStatus:
         if retryable and attempts < retry.max_attempts:
-            db.execute(
+            self._exec(
+                db,
                 "UPDATE jobs SET status = ?, status_at = ?, lease_owner = NULL, not_before = ?, errors = ?"
                 " WHERE id = ?",
                 (JobStatus.QUEUED.value, now, now + retry.delay(attempts), _errors_json([error]), job_id),
             )
             return JobStatus.QUEUED
-        db.execute(
+        self._exec(
+            db,
             "UPDATE jobs SET status = ?, status_at = ?, lease_owner = NULL, errors = ? WHERE id = ?",
             (JobStatus.FAILED.value, now, _errors_json([error]), job_id),
         )
@@ -378,21 +414,25 @@ class SqliteJobStore:
     def release(self, job_id: str, owner: str, *, now: float) -> None:
         """Give a job back unfinished (its server is shutting down): the attempt does not count."""
         with self._write() as db:
-            db.execute(
+            self._exec(
+                db,
                 "UPDATE jobs SET status = ?, status_at = ?, lease_owner = NULL,"
-                " attempts = MAX(attempts - 1, 0) WHERE id = ? AND lease_owner = ? AND status = ?",
+                " attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"
+                " WHERE id = ? AND lease_owner = ? AND status = ?",
                 (JobStatus.QUEUED.value, now, job_id, owner, JobStatus.IN_PROGRESS.value),
             )
 
     def cancel(self, job_id: str, *, now: float) -> Job | None:
         """Cancel a job: a queued one at once, a running one by asking its worker to stop."""
         with self._write() as db:
-            db.execute(
+            self._exec(
+                db,
                 "UPDATE jobs SET status = ?, status_at = ?, webhook_status = CASE WHEN webhook IS NULL"
                 " THEN webhook_status ELSE ? END WHERE id = ? AND status = ?",
                 (JobStatus.CANCELED.value, now, WebhookStatus.CANCELED.value, job_id, JobStatus.QUEUED.value),
             )
-            db.execute(
+            self._exec(
+                db,
                 "UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND status = ?",
                 (job_id, JobStatus.IN_PROGRESS.value),
             )
@@ -400,7 +440,8 @@ class SqliteJobStore:
 
     def mark_canceled(self, job_id: str, owner: str, *, now: float) -> None:
         with self._write() as db:
-            db.execute(
+            self._exec(
+                db,
                 "UPDATE jobs SET status = ?, status_at = ?, lease_owner = NULL, webhook_status = CASE"
                 " WHEN webhook IS NULL THEN webhook_status ELSE ? END"
                 " WHERE id = ? AND lease_owner = ? AND status = ?",
@@ -416,21 +457,22 @@ class SqliteJobStore:
 
     # -- webhooks and retention ----------------------------------------------------------------
 
-    def _mark_webhooks_for_terminal(self, db: sqlite3.Connection, now: float) -> None:
+    def _mark_webhooks_for_terminal(self, db: Any, now: float) -> None:
         # A webhook is due once its job has ended (canceled ones are not sent).
-        db.execute(
+        self._exec(
+            db,
             "UPDATE jobs SET webhook_next = ?"
             " WHERE webhook_status = ? AND webhook_next = 0 AND status IN (?, ?, ?)",
             (now, WebhookStatus.PENDING.value, *_ENDED_SENT),
         )
 
     def webhooks_due(self, *, now: float, limit: int = 16) -> list[Job]:
-        rows = self._db().execute(
+        rows = self._rows(
             f"SELECT {_COLUMNS} FROM jobs WHERE webhook_status = ? AND webhook_next > 0 AND webhook_next <= ?"
             " ORDER BY webhook_next LIMIT ?",
             (WebhookStatus.PENDING.value, now, limit),
         )
-        return [_job(row) for row in rows.fetchall()]
+        return [_job(row) for row in rows]
 
     def webhook_attempted(self, job_id: str, *, delivered: bool, retry_at: float | None, now: float) -> None:
         """Record a delivery: done, due again at ``retry_at``, or (``retry_at`` None) given up."""
@@ -441,7 +483,8 @@ class SqliteJobStore:
         else:
             status, next_at = WebhookStatus.PENDING, retry_at
         with self._write() as db:
-            db.execute(
+            self._exec(
+                db,
                 "UPDATE jobs SET webhook_status = ?, webhook_next = ?,"
                 " webhook_attempts = webhook_attempts + 1 WHERE id = ?",
                 (status.value, next_at, job_id),
@@ -450,10 +493,13 @@ class SqliteJobStore:
     def purge(self, *, now: float) -> int:
         """Forget jobs that ended longer ago than the retention; returns how many."""
         with self._write() as db:
-            return db.execute(
-                "DELETE FROM jobs WHERE status NOT IN (?, ?) AND status_at < ? AND webhook_status != ?",
-                (*_ACTIVE, now - self.limits.retention_sec, WebhookStatus.PENDING.value),
-            ).rowcount
+            return int(
+                self._exec(
+                    db,
+                    "DELETE FROM jobs WHERE status NOT IN (?, ?) AND status_at < ? AND webhook_status != ?",
+                    (*_ACTIVE, now - self.limits.retention_sec, WebhookStatus.PENDING.value),
+                ).rowcount
+            )
 
 
 _COLUMNS = (
@@ -490,15 +536,6 @@ def _errors_json(errors: Sequence[JobError]) -> str:
 
 _RUNNING = JobStatus.IN_PROGRESS.value
 _EXPIRED = _errors_json([JobError("EXPIRED", "the job waited in the queue past max_time_in_queue_seconds")])
-
-
-def _refusal(exc: sqlite3.OperationalError) -> JobRefused:
-    text = str(exc)
-    if "full" in text:
-        return JobRefused(507, "the job store's disk is full: no new job is accepted until space is freed")
-    if "locked" in text or "busy" in text:
-        return JobRefused(503, "the job store is busy; retry shortly")
-    return JobRefused(503, f"the job store cannot be written: {text}")
 
 
 def _owner_is_gone(owner: object) -> bool:

@@ -131,7 +131,6 @@ class ChainletApp:
         self._build_task = asyncio.create_task(self._build())
 
     def _job_routes(self) -> JobRoutes:
-        from chains.jobs.store import SqliteJobStore
         from chains.server.jobs import JobRoutes
 
         jobs = self.settings.jobs
@@ -139,7 +138,7 @@ class ChainletApp:
         return JobRoutes(
             self.spec,
             self.settings.chain,
-            SqliteJobStore(jobs.store, jobs.limits),
+            jobs.open_store(self.settings.chain),
             self._credentials,
             self._invoke,
             max_body_bytes=self.settings.max_body_bytes,

@@ -164,3 +164,36 @@ def test_a_full_disk_refuses_new_jobs_and_loses_none(
             stop_chain("jobs", grace=5)
     finally:
         subprocess.run(["umount", "--lazy", str(disk)], check=False)
+
+
+def test_with_the_shared_store_a_restart_of_postgresql_loses_no_job(
+    chains_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres: object
+) -> None:
+    from tests.jobs.postgres import Postgres
+
+    assert isinstance(postgres, Postgres)
+    monkeypatch.setenv("CHAINS_JOBS_STORE", postgres.url)
+    handle = push("pgjobs")
+    try:
+        api = Api(handle.entrypoint_url)
+        log = tmp_path / "log"
+        jobs = {
+            f"p{i}": api.submit({"n": i, "log": str(log), "sleep": 0.5, "tag": f"p{i}"}) for i in range(8)
+        }
+        wait_until(lambda: sum(starts(log, tag) for tag in jobs) >= 1, 20, "a job running")
+        postgres.restart()  # every connection the chain held is cut
+        for tag, job in jobs.items():
+            status = api.wait(job, {"SUCCEEDED", "FAILED", "CANCELED", "EXPIRED"}, timeout=90)
+            assert status["status"] == "SUCCEEDED", (tag, status)
+            assert dones(log, tag) == 1, (tag, log_lines(log))
+        # While the store is down, a submission is refused with a reason, not accepted and lost.
+        postgres.stop()
+        try:
+            refused = api.http.post("/async_run_remote", json={"model_input": {"n": 1, "log": str(log)}})
+            assert refused.status_code == 503 and "unreachable" in refused.json()["detail"], refused.text
+        finally:
+            postgres.start()
+        later = api.submit({"n": 9, "log": str(log), "tag": "later"})
+        assert api.wait(later, {"SUCCEEDED", "FAILED"}, timeout=60)["status"] == "SUCCEEDED"
+    finally:
+        stop_chain("pgjobs", grace=5)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,25 +19,43 @@ from chains.jobs import (
     WebhookStatus,
     webhook,
 )
-from chains.jobs.store import worker_owner
+from chains.jobs.store import SqlJobStore, worker_owner
 
 
-def request(**fields: object) -> AsyncRequest:
+def async_request(**fields: object) -> AsyncRequest:
     return AsyncRequest.model_validate({"model_input": {"x": 1}, **fields})
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> SqliteJobStore:
-    return SqliteJobStore(tmp_path / "jobs.sqlite", JobLimits(max_queued=3, max_stored_bytes=100))
+LIMITS = JobLimits(max_queued=3, max_stored_bytes=100)
 
 
-def test_the_file_is_owner_only(store: SqliteJobStore) -> None:
+def open_store(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, limits: JobLimits = LIMITS
+) -> SqlJobStore:
+    """A new, empty store of either kind: the same rules hold for both."""
+    if kind == "sqlite":
+        return SqliteJobStore(tmp_path / "jobs.sqlite", limits)
+    from chains.jobs.postgres_store import PostgresJobStore
+
+    server = request.getfixturevalue("postgres")
+    return PostgresJobStore(server.url, f"t{uuid.uuid4().hex[:12]}", limits)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlJobStore]:
+    opened = open_store(request.param, tmp_path, request)
+    yield opened
+    opened.close()  # type: ignore[attr-defined]
+
+
+def test_the_file_is_owner_only(tmp_path: Path) -> None:
+    store = SqliteJobStore(tmp_path / "jobs.sqlite")
     assert store.path.stat().st_mode & 0o077 == 0
 
 
-def test_a_job_past_its_time_in_the_queue_expires_and_its_webhook_is_due(store: SqliteJobStore) -> None:
+def test_a_job_past_its_time_in_the_queue_expires_and_its_webhook_is_due(store: SqlJobStore) -> None:
     job = store.submit(
-        request(max_time_in_queue_seconds=10, webhook_endpoint="http://127.0.0.1:9/h"), b"{}", now=0
+        async_request(max_time_in_queue_seconds=10, webhook_endpoint="http://127.0.0.1:9/h"), b"{}", now=0
     )
     assert store.claim("w", lease_sec=5, now=11) is None
     expired = store.get(job.id)
@@ -43,9 +63,9 @@ def test_a_job_past_its_time_in_the_queue_expires_and_its_webhook_is_due(store: 
     assert [j.id for j in store.webhooks_due(now=12)] == [job.id]
 
 
-def test_a_lease_not_renewed_is_taken_back_and_counts_as_an_attempt(store: SqliteJobStore) -> None:
+def test_a_lease_not_renewed_is_taken_back_and_counts_as_an_attempt(store: SqlJobStore) -> None:
     job = store.submit(
-        request(inference_retry_config={"max_attempts": 2, "initial_delay_ms": 0}), b"{}", now=0
+        async_request(inference_retry_config={"max_attempts": 2, "initial_delay_ms": 0}), b"{}", now=0
     )
     first = store.claim("elsewhere:1:1", lease_sec=5, now=1)
     assert first is not None and first.attempts == 1
@@ -58,17 +78,19 @@ def test_a_lease_not_renewed_is_taken_back_and_counts_as_an_attempt(store: Sqlit
     assert done is not None and done.status is JobStatus.SUCCEEDED and done.output == b"1"
 
 
-def test_a_lease_of_a_dead_process_on_this_machine_is_taken_back_at_once(store: SqliteJobStore) -> None:
-    store.submit(request(inference_retry_config={"max_attempts": 2, "initial_delay_ms": 0}), b"{}", now=0)
+def test_a_lease_of_a_dead_process_on_this_machine_is_taken_back_at_once(store: SqlJobStore) -> None:
+    store.submit(
+        async_request(inference_retry_config={"max_attempts": 2, "initial_delay_ms": 0}), b"{}", now=0
+    )
     dead = f"{os.uname().nodename}:{2**22 + 12345}:1"  # above pid_max's default: never a process
     store.claim(dead, lease_sec=600, now=1)
     again = store.claim(worker_owner(), lease_sec=600, now=2)
     assert again is not None and again.attempts == 2
 
 
-def test_failures_retry_with_back_off_then_fail(store: SqliteJobStore) -> None:
+def test_failures_retry_with_back_off_then_fail(store: SqlJobStore) -> None:
     retry = {"max_attempts": 2, "initial_delay_ms": 1000, "max_delay_ms": 1000}
-    job = store.submit(request(inference_retry_config=retry), b"{}", now=0)
+    job = store.submit(async_request(inference_retry_config=retry), b"{}", now=0)
     store.claim("w", lease_sec=5, now=0)
     assert store.fail(job.id, "w", JobError("E", "boom"), retryable=True, now=1) is JobStatus.QUEUED
     assert store.claim("w", lease_sec=5, now=1.5) is None  # not before its delay
@@ -78,21 +100,21 @@ def test_failures_retry_with_back_off_then_fail(store: SqliteJobStore) -> None:
     assert failed is not None and failed.errors == (JobError("E", "boom"),)
 
 
-def test_bounds_refuse_with_a_status_and_a_reason(store: SqliteJobStore) -> None:
+def test_bounds_refuse_with_a_status_and_a_reason(store: SqlJobStore) -> None:
     with pytest.raises(JobRefused) as too_much:
-        store.submit(request(), b"x" * 101, now=0)
+        store.submit(async_request(), b"x" * 101, now=0)
     assert too_much.value.status == 507 and "CHAINS_JOBS_MAX_STORED_BYTES" in too_much.value.message
     for _ in range(3):
-        store.submit(request(), b"{}", now=0)
+        store.submit(async_request(), b"{}", now=0)
     with pytest.raises(JobRefused) as full:
-        store.submit(request(), b"{}", now=0)
+        store.submit(async_request(), b"{}", now=0)
     assert full.value.status == 503 and "CHAINS_JOBS_MAX_QUEUED" in full.value.message
 
 
-def test_priority_then_age_orders_the_queue(store: SqliteJobStore) -> None:
-    low = store.submit(request(priority=2), b"{}", now=0)
-    high = store.submit(request(priority=0), b"{}", now=1)
-    mid = store.submit(request(priority=1), b"{}", now=2)
+def test_priority_then_age_orders_the_queue(store: SqlJobStore) -> None:
+    low = store.submit(async_request(priority=2), b"{}", now=0)
+    high = store.submit(async_request(priority=0), b"{}", now=1)
+    mid = store.submit(async_request(priority=1), b"{}", now=2)
     order = []
     for t in (3, 4, 5):
         job = store.claim("w", lease_sec=60, now=t)
@@ -101,10 +123,13 @@ def test_priority_then_age_orders_the_queue(store: SqliteJobStore) -> None:
     assert order == [high.id, mid.id, low.id]
 
 
-def test_retention_forgets_only_ended_jobs_whose_webhook_is_settled(tmp_path: Path) -> None:
-    store = SqliteJobStore(tmp_path / "j.sqlite", JobLimits(retention_sec=100))
-    kept = store.submit(request(), b"{}", now=0)
-    hooked = store.submit(request(webhook_endpoint="http://127.0.0.1:9/h"), b"{}", now=0)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_retention_forgets_only_ended_jobs_whose_webhook_is_settled(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store = open_store(kind, tmp_path, request, JobLimits(retention_sec=100))
+    kept = store.submit(async_request(), b"{}", now=0)
+    hooked = store.submit(async_request(webhook_endpoint="http://127.0.0.1:9/h"), b"{}", now=0)
     for _ in range(2):
         store.claim("w", lease_sec=60, now=1)
     store.finish(kept.id, "w", b"1", now=2)
