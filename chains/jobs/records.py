@@ -130,6 +130,8 @@ class Job:
     errors: tuple[JobError, ...] = field(default=())
     cancel_requested: bool = False
     webhook_attempts: int = 0
+    streams: bool = False  # its result is a stream of events (GET /async_request/{id}/events)
+    events: int = 0  # how many events it has streamed so far
 
     def status_json(self, chain: str) -> dict[str, Any]:
         """The answer of ``GET /async_request/{id}``: Baseten's fields, then chains' own."""
@@ -144,6 +146,7 @@ class Job:
             "priority": self.priority,
             "attempts": self.attempts,
             "max_attempts": self.retry.max_attempts,
+            **({"events": self.events} if self.streams else {}),
         }
 
 

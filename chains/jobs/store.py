@@ -62,7 +62,13 @@ class JobLimits:
 class JobStore(Protocol):
     """What the server's async routes and workers need of a store; every time is a Unix time."""
 
-    def submit(self, request: AsyncRequest, model_input: bytes, *, now: float) -> Job: ...
+    def submit(
+        self, request: AsyncRequest, model_input: bytes, *, now: float, streams: bool = False
+    ) -> Job: ...
+
+    def append_events(self, job_id: str, owner: str, events: Sequence[bytes]) -> bool: ...
+
+    def events(self, job_id: str, *, after: int, limit: int = 256) -> list[tuple[int, bytes]]: ...
 
     def get(self, job_id: str) -> Job | None: ...
 
@@ -121,7 +127,15 @@ CREATE TABLE IF NOT EXISTS jobs (
     cancel_requested {int} NOT NULL DEFAULT 0,
     output {blob},
     errors TEXT NOT NULL DEFAULT '[]',
-    stored_bytes {int} NOT NULL
+    stored_bytes {int} NOT NULL,
+    streams {int} NOT NULL DEFAULT 0,
+    events {int} NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS job_events (
+    job_id TEXT NOT NULL,
+    seq {int} NOT NULL,
+    data {blob} NOT NULL,
+    PRIMARY KEY (job_id, seq)
 );
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (status, priority, created);
 CREATE INDEX IF NOT EXISTS jobs_webhooks ON jobs (webhook_status, webhook_next);
@@ -216,7 +230,7 @@ class SqlJobStore:
 
     # -- submitting and reading ----------------------------------------------------------------
 
-    def submit(self, request: AsyncRequest, model_input: bytes, *, now: float) -> Job:
+    def submit(self, request: AsyncRequest, model_input: bytes, *, now: float, streams: bool = False) -> Job:
         limits = self.limits
         if len(model_input) > limits.max_input_bytes:
             raise JobRefused(
@@ -249,8 +263,8 @@ class SqlJobStore:
             self._exec(
                 db,
                 "INSERT INTO jobs (id, status, priority, created, status_at, queue_deadline,"
-                " not_before, model_input, webhook, webhook_status, retry, stored_bytes)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " not_before, model_input, webhook, webhook_status, retry, stored_bytes, streams)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job_id,
                     JobStatus.QUEUED.value,
@@ -264,6 +278,7 @@ class SqlJobStore:
                     webhook.value,
                     request.retry.model_dump_json(),
                     len(model_input),
+                    int(streams),
                 ),
             )
         job = self.get(job_id)
@@ -283,6 +298,14 @@ class SqlJobStore:
                 (status.value, limit),
             )
         return [_job(row) for row in rows]
+
+    def events(self, job_id: str, *, after: int, limit: int = 256) -> list[tuple[int, bytes]]:
+        """A streaming job's events numbered above ``after``, in order."""
+        rows = self._rows(
+            "SELECT seq, data FROM job_events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (job_id, after, limit),
+        )
+        return [(int(seq), bytes(data)) for seq, data in rows]
 
     # -- running -------------------------------------------------------------------------------
 
@@ -342,6 +365,31 @@ class SqlJobStore:
                 db, f"SELECT id FROM jobs WHERE cancel_requested = 1 AND id IN ({marks})", tuple(job_ids)
             ).fetchall()
         return {row[0] for row in rows}
+
+    def append_events(self, job_id: str, owner: str, events: Sequence[bytes]) -> bool:
+        """Add a streaming job's next events (numbered on from its last), if ``owner`` still
+        holds the job; they count against the stored bytes like an output."""
+        with self._write() as db:
+            rows = self._exec(
+                db,
+                "SELECT events FROM jobs WHERE id = ? AND lease_owner = ? AND status = ?",
+                (job_id, owner, _RUNNING),
+            ).fetchall()
+            if not rows:
+                return False
+            first = int(rows[0][0]) + 1
+            for offset, data in enumerate(events):
+                self._exec(
+                    db,
+                    "INSERT INTO job_events (job_id, seq, data) VALUES (?, ?, ?)",
+                    (job_id, first + offset, data),
+                )
+            self._exec(
+                db,
+                "UPDATE jobs SET events = events + ?, stored_bytes = stored_bytes + ? WHERE id = ?",
+                (len(events), sum(len(e) for e in events), job_id),
+            )
+        return True
 
     def finish(self, job_id: str, owner: str, output: bytes, *, now: float) -> bool:
         """Store the result and mark the job done, if ``owner`` still holds it."""
@@ -493,24 +541,27 @@ class SqlJobStore:
     def purge(self, *, now: float) -> int:
         """Forget jobs that ended longer ago than the retention; returns how many."""
         with self._write() as db:
-            return int(
+            purged = int(
                 self._exec(
                     db,
                     "DELETE FROM jobs WHERE status NOT IN (?, ?) AND status_at < ? AND webhook_status != ?",
                     (*_ACTIVE, now - self.limits.retention_sec, WebhookStatus.PENDING.value),
                 ).rowcount
             )
+            if purged:
+                self._exec(db, "DELETE FROM job_events WHERE job_id NOT IN (SELECT id FROM jobs)")
+        return purged
 
 
 _COLUMNS = (
     "id, status, priority, created, status_at, queue_deadline, model_input, webhook, webhook_status,"
-    " retry, attempts, output, errors, cancel_requested, webhook_attempts"
+    " retry, attempts, output, errors, cancel_requested, webhook_attempts, streams, events"
 )
 
 
 def _job(row: tuple[object, ...]) -> Job:
     job_id, status, priority, created, status_at, deadline, model_input, webhook, hook = row[:9]
-    retry, attempts, output, errors, cancel, webhook_attempts = row[9:]
+    retry, attempts, output, errors, cancel, webhook_attempts, streams, events = row[9:]
     return Job(
         id=str(job_id),
         status=JobStatus(status),
@@ -527,6 +578,8 @@ def _job(row: tuple[object, ...]) -> Job:
         errors=tuple(JobError(e["code"], e["message"]) for e in json.loads(str(errors))),
         cancel_requested=bool(cancel),
         webhook_attempts=int(webhook_attempts),  # type: ignore[call-overload]
+        streams=bool(streams),
+        events=int(events),  # type: ignore[call-overload]
     )
 
 

@@ -21,7 +21,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
@@ -141,6 +141,7 @@ class ChainletApp:
             jobs.open_store(self.settings.chain),
             self._credentials,
             self._invoke,
+            self._open_stream,
             max_body_bytes=self.settings.max_body_bytes,
             run_timeout_sec=jobs.run_timeout_sec,
             webhook_secret=jobs.webhook_secret,
@@ -369,6 +370,9 @@ class ChainletApp:
         except pydantic.ValidationError as exc:
             errors = exc.errors(include_url=False, include_input=False, include_context=False)
             raise Refusal(422, errors) from None
+
+    def _open_stream(self, arguments: dict[str, Any]) -> AsyncIterator[Any]:
+        return self.spec.endpoint.call(self.instance.run_remote, arguments)  # type: ignore[union-attr,no-any-return]
 
     async def _invoke(self, arguments: dict[str, Any]) -> Any:
         method = self.instance.run_remote  # type: ignore[union-attr]

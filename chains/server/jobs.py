@@ -5,6 +5,9 @@
   the job is on disk;
 - ``GET /async_request/{id}``: its status, with Baseten's fields;
 - ``GET /async_request/{id}/output``: its result, as ``POST /run_remote`` would have answered;
+- ``GET /async_request/{id}/events``: a streaming job's events as server-sent events, each with
+  its number as its ``id``, live while it runs and afterwards; a reader that comes back with
+  ``Last-Event-ID`` (an ``EventSource`` does so by itself) gets the rest, never a second run;
 - ``DELETE /async_request/{id}``: cancel it, queued or running;
 - ``GET /async_request``: the latest jobs (``?status=QUEUED&limit=20``).
 
@@ -15,9 +18,12 @@ They take the same credentials as ``/run_remote``. Workers in this process run t
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -41,6 +47,8 @@ from chains.server.asgi import (
     send_json,
 )
 from chains.server.credentials import Credentials
+from chains.streaming import shape_of
+from chains.streaming.forms import encode_sse
 
 __all__ = ["ASYNC_REQUEST", "ASYNC_RUN_REMOTE", "JobRoutes"]
 
@@ -48,6 +56,14 @@ ASYNC_RUN_REMOTE = "/async_run_remote"
 ASYNC_REQUEST = "/async_request"
 
 _JSON = b"application/json"
+_EVENT_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_QUEUED_EVENTS = 1024  # events a streaming job may run ahead of the store by
+_BATCH_EVENTS = 256  # events stored in one write, at most
+_POLL_SEC = 0.05  # how often a reader asks the store for new events (another replica may write them)
 
 
 class JobRoutes:
@@ -60,6 +76,7 @@ class JobRoutes:
         store: JobStore,
         credentials: Credentials,
         invoke: Callable[[dict[str, Any]], Awaitable[Any]],
+        open_stream: Callable[[dict[str, Any]], AsyncIterator[Any]],
         *,
         max_body_bytes: int,
         run_timeout_sec: float,
@@ -71,6 +88,7 @@ class JobRoutes:
         self.store = store
         self._credentials = credentials
         self._invoke_endpoint = invoke
+        self._open_stream = open_stream
         self._max_body = max_body_bytes
         self._run_timeout = run_timeout_sec
         self.runner = JobRunner(
@@ -104,8 +122,60 @@ class JobRoutes:
         call = CallContext(job.id, time.monotonic() + self._run_timeout)
         with serving_call(call):
             async with asyncio.timeout(self._run_timeout):
+                if endpoint.is_stream:
+                    return await self._run_stream(job, arguments)
                 value = await self._invoke_endpoint(arguments)
         return codec.encode_result(endpoint, value)
+
+    async def _run_stream(self, job: Job, arguments: dict[str, Any]) -> bytes:
+        """Run a streaming job: its events, in their SSE form, go to the store as they come,
+        in batches as large as the store's pace makes them (one write a batch)."""
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=_QUEUED_EVENTS)
+        writer = asyncio.create_task(self._write_events(job, queue))
+        failures: list[BaseException] = []
+
+        async def put(event: bytes | None) -> None:
+            # Never wait on a full queue whose writer has stopped (its lease was lost).
+            putter = asyncio.ensure_future(queue.put(event))
+            await asyncio.wait({putter, writer}, return_when=asyncio.FIRST_COMPLETED)
+            if not putter.done():
+                putter.cancel()
+            if writer.done() and (event is not None or writer.exception() is not None):
+                writer.result()
+
+        try:
+            if job.attempts > 1 and job.events:
+                # What an earlier attempt streamed stays; a reader learns that the rest starts over.
+                await put(b'event: restart\ndata: {"attempt": %d}\n\n' % job.attempts)
+            source = self._open_stream(arguments)
+            chunks = encode_sse(
+                shape_of(self.spec.endpoint), source, chainlet=self.spec.name, on_error=failures.append
+            )
+            async with aclosing(chunks):
+                async for chunk in chunks:
+                    for event in chunk.split(b"\n\n")[:-1]:
+                        await put(event + b"\n\n")
+            await put(None)
+            await writer
+        finally:
+            writer.cancel()
+        if failures:
+            raise failures[0]
+        return b"null"
+
+    async def _write_events(self, job: Job, queue: asyncio.Queue[bytes | None]) -> None:
+        while True:
+            batch = [await queue.get()]
+            while len(batch) < _BATCH_EVENTS and not queue.empty():
+                batch.append(queue.get_nowait())
+            done = batch[-1] is None
+            events = [event for event in batch if event is not None]
+            if events:
+                kept = await asyncio.to_thread(self.store.append_events, job.id, self.runner.owner, events)
+                if not kept:
+                    raise JobFailed("WORKER_LOST", "the job's lease was lost while it streamed")
+            if done:
+                return
 
     # -- HTTP ----------------------------------------------------------------------------------
 
@@ -133,6 +203,8 @@ class JobRoutes:
             job_id, _, rest = path[len(ASYNC_REQUEST) + 1 :].partition("/")
             if rest == "output" and method == "GET":
                 await self._output(job_id, send)
+            elif rest == "events" and method == "GET":
+                await self._events(job_id, scope, headers, receive, send)
             elif rest == "" and method == "GET":
                 await self._status(job_id, send)
             elif rest == "" and method == "DELETE":
@@ -144,15 +216,9 @@ class JobRoutes:
             await send_json(send, exc.status, {"detail": exc.message}, retry)
 
     async def _submit(self, headers: dict[str, str], receive: Receive, send: Send) -> None:
-        if self.spec.endpoint.is_stream or self.spec.endpoint.output_kind.is_socket:
-            await send_json(
-                send,
-                400,
-                {
-                    "detail": f"{self.spec.name}.run_remote streams: async calls of streaming "
-                    "endpoints are not supported; call POST /run_remote"
-                },
-            )
+        if self.spec.endpoint.output_kind.is_socket:
+            detail = f"{self.spec.name} holds WebSocket conversations: it takes no async calls"
+            await send_json(send, 400, {"detail": detail})
             return
         try:
             body = await read_body(receive, self._max_body, headers.get("content-length"))
@@ -175,7 +241,10 @@ class JobRoutes:
             errors = exc.errors(include_url=False, include_input=False, include_context=False)
             await send_json(send, 422, {"detail": [{**e, "loc": ["model_input", *e["loc"]]} for e in errors]})
             return
-        job = await asyncio.to_thread(self.store.submit, request, model_input, now=time.time())
+        streams = self.spec.endpoint.is_stream
+        job = await asyncio.to_thread(
+            functools.partial(self.store.submit, request, model_input, now=time.time(), streams=streams)
+        )
         self.runner.wake()
         await send_json(send, 200, {"request_id": job.id})
 
@@ -190,6 +259,9 @@ class JobRoutes:
         job = await asyncio.to_thread(self.store.get, job_id)
         if job is None:
             await send_json(send, 404, {"detail": f"no async request {job_id!r} (or its retention ran out)"})
+        elif job.streams:
+            detail = f"async request {job_id} streams: read GET /async_request/{job_id}/events"
+            await send_json(send, 409, {"detail": detail, **job.status_json(self.chain)})
         elif job.status is not JobStatus.SUCCEEDED or job.output is None:
             await send_json(
                 send,
@@ -201,6 +273,71 @@ class JobRoutes:
             )
         else:
             await send_bytes(send, 200, job.output, _JSON)
+
+    async def _events(
+        self, job_id: str, scope: Scope, headers: dict[str, str], receive: Receive, send: Send
+    ) -> None:
+        job = await asyncio.to_thread(self.store.get, job_id)
+        if job is None:
+            await send_json(send, 404, {"detail": f"no async request {job_id!r} (or its retention ran out)"})
+            return
+        if not job.streams:
+            await send_json(send, 409, {"detail": f"async request {job_id} does not stream: GET its /output"})
+            return
+        after = _resume_point(headers.get("last-event-id"), scope)
+        if after is None:
+            detail = "Last-Event-ID (or ?after=) must be the number of an event this stream sent"
+            await send_json(send, 400, {"detail": detail})
+            return
+        gone = asyncio.Event()
+        watcher = asyncio.create_task(_watch_disconnect(receive, gone))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _EVENT_HEADERS})
+            # Reconnect soon after a cut: the rest is kept, so nothing is lost by waiting less.
+            await send({"type": "http.response.body", "body": b"retry: 500\n\n", "more_body": True})
+            await self._send_events(job, after, send, gone)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watcher.cancel()
+
+    async def _send_events(self, job: Job, after: int, send: Send, gone: asyncio.Event) -> None:
+        """The job's events above ``after``, then each new one as it is stored, until it ends."""
+        while not gone.is_set():
+            events = await asyncio.to_thread(self.store.events, job.id, after=after)
+            for seq, data in events:
+                # The id goes last, so that it wins over an id the endpoint's own SSE event set.
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b"%sid: %d\n\n" % (data[:-1], seq),
+                        "more_body": True,
+                    }
+                )
+                after = seq
+                if data.startswith((b"event: end\n", b"event: error\n")):
+                    return
+            if events:
+                continue
+            current = await asyncio.to_thread(self.store.get, job.id)
+            if current is None or current.status.is_terminal:
+                if current is not None and current.events > after:
+                    continue  # stored just before it ended
+                body = json.dumps(
+                    {
+                        "status": current.status.value if current else "GONE",
+                        "errors": [e.as_json() for e in current.errors] if current else [],
+                    }
+                )
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b"event: error\ndata: %s\n\n" % body.encode(),
+                        "more_body": True,
+                    }
+                )
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gone.wait(), _POLL_SEC)
 
     async def _cancel(self, job_id: str, send: Send) -> None:
         job = await asyncio.to_thread(self.store.cancel, job_id, now=time.time())
@@ -229,6 +366,21 @@ class JobRoutes:
             return
         jobs = await asyncio.to_thread(lambda: self.store.recent(limit=limit, status=status))
         await send_json(send, 200, {"requests": [job.status_json(self.chain) for job in jobs]})
+
+
+def _resume_point(last_event_id: str | None, scope: Scope) -> int | None:
+    """The number of the last event a returning reader saw (0: from the start), or None."""
+    text = last_event_id
+    if text is None:
+        text = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("after", ["0"])[0]
+    text = text.strip()
+    return int(text) if text.isdigit() else None
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
 
 
 async def _not_allowed(send: Send, method: str, path: str) -> None:
