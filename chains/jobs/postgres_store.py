@@ -69,8 +69,10 @@ class PostgresJobStore(SqlJobStore):
     def _sql(self, text: str) -> str:
         return text.replace("?", "%s")
 
-    def _begin(self, db: Any) -> None:
+    def _begin(self, db: Any, durable: bool) -> None:
         db.execute("BEGIN")
+        if not durable:
+            db.execute("SET LOCAL synchronous_commit = off")  # a claim lost so is made again
         db.execute(_LOCK)
 
     def _in_transaction(self, db: Any) -> bool:

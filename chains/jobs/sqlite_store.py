@@ -2,7 +2,9 @@
 
 WAL mode lets the entrypoint's replicas and ``chains jobs`` use the file at once; every write
 is an immediate transaction (the file's write lock, taken at its start), and
-``synchronous=FULL`` puts an accepted job on disk before its request id is answered.
+``synchronous=FULL`` puts an accepted job, a result and a stream's events on disk before the
+write returns; claims and lease renewals, which a power loss would only have made again, are
+written without waiting for the disk (``synchronous=NORMAL``; benchmarks/README.md, jobs).
 
 >>> import tempfile, pathlib
 >>> store = SqliteJobStore(pathlib.Path(tempfile.mkdtemp()) / "jobs.sqlite")
@@ -50,13 +52,17 @@ class SqliteJobStore(SqlJobStore):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             self._local.db = db
+            self._local.durable = True
             for suffix in ("-wal", "-shm"):
                 side = Path(f"{self.path}{suffix}")
                 if side.exists():
                     side.chmod(0o600)
         return db
 
-    def _begin(self, db: Any) -> None:
+    def _begin(self, db: Any, durable: bool) -> None:
+        if durable != getattr(self._local, "durable", True):
+            db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._local.durable = durable
         db.execute("BEGIN IMMEDIATE")
 
     def _in_transaction(self, db: Any) -> bool:

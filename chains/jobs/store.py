@@ -159,7 +159,9 @@ class SqlJobStore:
     def _db(self) -> Any:
         raise NotImplementedError
 
-    def _begin(self, db: Any) -> None:
+    def _begin(self, db: Any, durable: bool) -> None:
+        """Start a write; ``durable``: on disk before it returns, even across a power loss (a
+        claim or a lease renewal lost so would only be made again)."""
         raise NotImplementedError
 
     def _in_transaction(self, db: Any) -> bool:
@@ -195,9 +197,9 @@ class SqlJobStore:
         return self._fresh(lambda db: list(self._exec(db, text, params).fetchall()))
 
     @contextmanager
-    def _write(self) -> Iterator[Any]:
+    def _write(self, *, durable: bool = True) -> Iterator[Any]:
         def begin(db: Any) -> Any:
-            self._begin(db)
+            self._begin(db, durable)
             return db
 
         db = self._fresh(begin)
@@ -313,7 +315,7 @@ class SqlJobStore:
         """The next job to run (lowest priority value, then oldest), leased to ``owner``; jobs
         past their time in the queue expire, and jobs whose worker stopped renewing its lease
         (or whose worker on this machine is gone) are taken back first."""
-        with self._write() as db:
+        with self._write(durable=False) as db:
             self._exec(
                 db,
                 "UPDATE jobs SET status = ?, status_at = ?, errors = ?"
@@ -355,7 +357,7 @@ class SqlJobStore:
         if not job_ids:
             return set()
         marks = ",".join("?" * len(job_ids))
-        with self._write() as db:
+        with self._write(durable=False) as db:
             self._exec(
                 db,
                 f"UPDATE jobs SET lease_until = ? WHERE lease_owner = ? AND status = ? AND id IN ({marks})",
@@ -378,12 +380,8 @@ class SqlJobStore:
             if not rows:
                 return False
             first = int(rows[0][0]) + 1
-            for offset, data in enumerate(events):
-                self._exec(
-                    db,
-                    "INSERT INTO job_events (job_id, seq, data) VALUES (?, ?, ?)",
-                    (job_id, first + offset, data),
-                )
+            rows = [(job_id, first + offset, data) for offset, data in enumerate(events)]
+            db.executemany(self._sql("INSERT INTO job_events (job_id, seq, data) VALUES (?, ?, ?)"), rows)
             self._exec(
                 db,
                 "UPDATE jobs SET events = events + ?, stored_bytes = stored_bytes + ? WHERE id = ?",
@@ -530,7 +528,7 @@ class SqlJobStore:
             status, next_at = WebhookStatus.FAILED, 0.0
         else:
             status, next_at = WebhookStatus.PENDING, retry_at
-        with self._write() as db:
+        with self._write(durable=False) as db:
             self._exec(
                 db,
                 "UPDATE jobs SET webhook_status = ?, webhook_next = ?,"

@@ -62,7 +62,7 @@ _EVENT_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 _QUEUED_EVENTS = 1024  # events a streaming job may run ahead of the store by
-_BATCH_EVENTS = 256  # events stored in one write, at most
+_BATCH_EVENTS = 1024  # events stored in one write, at most
 _POLL_SEC = 0.05  # how often a reader asks the store for new events (another replica may write them)
 
 
@@ -135,6 +135,9 @@ class JobRoutes:
         failures: list[BaseException] = []
 
         async def put(event: bytes | None) -> None:
+            if not queue.full() and not writer.done():
+                queue.put_nowait(event)
+                return
             # Never wait on a full queue whose writer has stopped (its lease was lost).
             putter = asyncio.ensure_future(queue.put(event))
             await asyncio.wait({putter, writer}, return_when=asyncio.FIRST_COMPLETED)
@@ -301,40 +304,37 @@ class JobRoutes:
             watcher.cancel()
 
     async def _send_events(self, job: Job, after: int, send: Send, gone: asyncio.Event) -> None:
-        """The job's events above ``after``, then each new one as it is stored, until it ends."""
+        """The job's events above ``after``, then each new one as it is stored, until it ends.
+
+        A stream's own ``error`` event ends the reading only once the job has ended: a job that
+        runs again streams on after it (``event: restart``)."""
+        failed_last = False
         while not gone.is_set():
-            events = await asyncio.to_thread(self.store.events, job.id, after=after)
-            for seq, data in events:
-                # The id goes last, so that it wins over an id the endpoint's own SSE event set.
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": b"%sid: %d\n\n" % (data[:-1], seq),
-                        "more_body": True,
-                    }
-                )
-                after = seq
-                if data.startswith((b"event: end\n", b"event: error\n")):
-                    return
+            events = await asyncio.to_thread(self.store.events, job.id, after=after, limit=_BATCH_EVENTS)
             if events:
+                # The id goes last, so that it wins over an id the endpoint's own SSE event set.
+                body = b"".join(b"%sid: %d\n\n" % (data[:-1], seq) for seq, data in events)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                after, last = events[-1]
+                if last.startswith(b"event: end\n"):
+                    return
+                failed_last = last.startswith(b"event: error\n")
                 continue
             current = await asyncio.to_thread(self.store.get, job.id)
             if current is None or current.status.is_terminal:
                 if current is not None and current.events > after:
                     continue  # stored just before it ended
-                body = json.dumps(
-                    {
-                        "status": current.status.value if current else "GONE",
-                        "errors": [e.as_json() for e in current.errors] if current else [],
-                    }
-                )
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": b"event: error\ndata: %s\n\n" % body.encode(),
-                        "more_body": True,
-                    }
-                )
+                if not failed_last:  # it ended without its stream's own end: say how
+                    status = current.status.value if current is not None else "GONE"
+                    errors = [e.as_json() for e in current.errors] if current is not None else []
+                    detail = json.dumps({"status": status, "errors": errors}).encode()
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "body": b"event: error\ndata: " + detail + b"\n\n",
+                            "more_body": True,
+                        }
+                    )
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(gone.wait(), _POLL_SEC)
