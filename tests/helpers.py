@@ -17,7 +17,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,12 +27,6 @@ import httpx
 from chains.loader import load_chain
 
 TOKEN = "test-token"
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(condition: object, timeout: float, what: str, poll: float = 0.05) -> None:
@@ -149,7 +143,7 @@ class ServerProcess:
         log: Path | None = None,
     ) -> None:
         self.directory = directory
-        self.port = port or free_port()
+        self.port = port or unique_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log or directory / f"server-{self.port}.log"
         self.env = dict(os.environ)
@@ -222,7 +216,7 @@ def asgi_in_thread(app: object, port: int | None = None) -> Iterator[str]:
     """Serve a small ASGI ``app`` (a fake peer) with uvicorn in a thread; yields its URL."""
     import uvicorn
 
-    port = port or free_port()
+    port = port or unique_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
     )

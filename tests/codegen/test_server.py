@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -17,6 +15,7 @@ import pytest
 
 from codegen import GeneratedChain
 from tests.codegen.conftest import EXAMPLES, descriptor
+from tests.helpers import unique_port
 
 # Builds each chainlet's app in turn, each in a clean import state, from the directory given.
 _BUILD_APPS = """
@@ -67,17 +66,11 @@ def test_each_generated_server_builds_its_app(
     assert done.stdout.split() == list(chainlets)
 
 
-def _free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_generated_greeter_serves_a_call_and_stops_cleanly(
     generated: dict[str, GeneratedChain], tmp_path: Path
 ) -> None:
     directory = generated["hello"].chainlets["Greeter"].directory.resolve()
-    port = _free_port()
+    port = unique_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHAINS_")}
     env["CHAINS_INTERNAL_TOKEN"] = "t"
     process = subprocess.Popen(

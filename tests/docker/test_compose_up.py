@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from tests.docker.conftest import ROOT, Cli, remove_chain, unavailable
-from tests.helpers import free_port
+from tests.helpers import unique_port
 
 pytestmark = pytest.mark.docker
 
@@ -145,7 +145,7 @@ def deployed(
     cli.push(source, "--name", chain, "--timeout", "120")
     cli.run("stop", chain)
     # 2. The export, publishing on a free port rather than 8000.
-    port = free_port()
+    port = unique_port()
     out = tmp_path / "compose"
     export = ["push", source, "--name", chain, "--target", "compose", "--dry-run", "--out", str(out)]
     cli.run(*export, "--port", str(port))
