@@ -52,7 +52,12 @@ def unawaited_calls(specs: Iterable[ChainletSpec]) -> list[Violation]:
 
 def _needs_await(cls: type, specs: Iterable[ChainletSpec]) -> bool:
     endpoint = next((s.endpoint for s in specs if s.cls is cls), None)
-    return endpoint is not None and endpoint.is_async and not endpoint.is_stream
+    return (
+        endpoint is not None
+        and endpoint.is_async
+        and not endpoint.is_stream
+        and not endpoint.output_kind.is_socket  # `async with stub.run_remote() as ws`
+    )
 
 
 def _check_class(cls: type, awaitable: dict[str, str]) -> list[Violation]:
