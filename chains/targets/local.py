@@ -21,7 +21,7 @@ from chains import progress
 from chains.errors import ChainsRuntimeError
 from chains.model import Chain
 from chains.progress import Board, Stage
-from chains.source_map import condense, drop_cancellations, find_cause, to_user_files
+from chains.source_map import SOURCE_DIR_ENV, condense, drop_cancellations, find_cause, to_user_files
 from chains.targets import is_alive
 from chains.targets.environment import chainlet_environment
 from chains.targets.logs import follow_files
@@ -139,8 +139,9 @@ class _LocalLaunch:
         # The chain's recent traces, kept on this machine (CHAINS_TRACE_STORE=off in push's
         # environment turns that off; OTEL_EXPORTER_OTLP_ENDPOINT adds a collector).
         traces = {STORE_ENV: os.environ.get(STORE_ENV) or str(store_path(home))}
+        source = {SOURCE_DIR_ENV: str(source_file.parent.absolute())}
         envs = {
-            spec.name: {**chainlet_environment(chain, spec, token, options, "local"), **traces}
+            spec.name: {**chainlet_environment(chain, spec, token, options, "local"), **traces, **source}
             for spec in chain.chainlets
         }
         deployment = Deployment(
