@@ -165,6 +165,8 @@ def _example(schema: dict[str, Any], defs: dict[str, Any], depth: int) -> Any:
 def docs_page(spec: ChainletSpec) -> str:
     """A self-contained page: the signature, the schema, and a form that streams a call."""
     endpoint = spec.endpoint
+    if endpoint.output_kind.is_socket:
+        return _SOCKET_PAGE.format(title=html.escape(f"{spec.name}: {endpoint.describe()}"))
     schema = json.dumps(endpoint.input_model.model_json_schema(by_alias=True), indent=2)
     example = json.dumps(example_arguments(endpoint))
     title = html.escape(f"{spec.name}: {endpoint.describe()}")
@@ -207,5 +209,19 @@ document.getElementById("call").onclick = async () => {{
   }}
 }};
 </script>
+</body></html>
+"""
+
+
+_SOCKET_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font: 15px/1.5 system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; }}
+</style></head><body>
+<h1>{title}</h1>
+<p>A WebSocket endpoint: open a WebSocket to <code>/run_remote</code> (<code>ws://</code>, or
+<code>wss://</code> over TLS) and exchange messages, text or bytes; a POST gets 426. From a
+terminal, <code>chains call</code> with the chain's name sends each line of its input as a
+message and prints each answer. The OpenAPI document is at <a href="/openapi.json">/openapi.json</a>.</p>
 </body></html>
 """

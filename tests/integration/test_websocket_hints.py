@@ -77,3 +77,5 @@ def test_openapi_describes_the_websocket(pushed: tuple[Cli, str]) -> None:
     assert {"101", "426"} <= set(get["responses"])
     # What the document says of a POST holds.
     assert httpx.post(url + "/run_remote", json={}).status_code == 426
+    page = httpx.get(url + "/docs").text
+    assert "A WebSocket endpoint" in page and "<form" not in page and "textarea" not in page
