@@ -104,8 +104,9 @@ def _dependency_attributes(
             target, value = node.target, node.value
         else:
             continue
-        if isinstance(value, ast.Name) and value.id in awaitable and _self_attribute(target) is not None:
-            found[_self_attribute(target) or ""] = awaitable[value.id]
+        attribute = _self_attribute(target)
+        if isinstance(value, ast.Name) and value.id in awaitable and attribute is not None:
+            found[attribute] = awaitable[value.id]
     return found
 
 
@@ -115,17 +116,31 @@ def _self_attribute(node: ast.expr) -> str | None:
     return None
 
 
+def _own_nodes(method: ast.AsyncFunctionDef) -> list[ast.AST]:
+    """The nodes of ``method``'s own body: a function or lambda defined in it is a scope of its
+    own, whose calls may well be awaited by whoever calls it."""
+    found: list[ast.AST] = []
+    pending: list[ast.AST] = list(ast.iter_child_nodes(method))
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
 def _unawaited(method: ast.AsyncFunctionDef, attributes: dict[str, str]) -> Iterable[tuple[ast.Call, str]]:
-    parents = {child: parent for parent in ast.walk(method) for child in ast.iter_child_nodes(parent)}
-    for node in ast.walk(method):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+    nodes = _own_nodes(method)
+    parents = {child: parent for parent in [method, *nodes] for child in ast.iter_child_nodes(parent)}
+    for node in sorted((n for n in nodes if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset)):
+        if not isinstance(node.func, ast.Attribute):
             continue
         attribute = _self_attribute(node.func.value) if node.func.attr == "run_remote" else None
-        if attribute in attributes and not _awaited(node, method, parents):
+        if attribute in attributes and not _awaited(node, nodes, parents):
             yield node, attribute or ""
 
 
-def _awaited(node: ast.expr, method: ast.AsyncFunctionDef, parents: dict[ast.AST, ast.AST]) -> bool:
+def _awaited(node: ast.expr, nodes: list[ast.AST], parents: dict[ast.AST, ast.AST]) -> bool:
     """Whether the coroutine ``node`` makes is awaited here or handed on to be awaited."""
     parent = parents.get(node)
     if isinstance(parent, ast.Assign | ast.AnnAssign):
@@ -133,11 +148,7 @@ def _awaited(node: ast.expr, method: ast.AsyncFunctionDef, parents: dict[ast.AST
         names = [t.id for t in targets if isinstance(t, ast.Name)]
         if len(names) != len(targets):
             return True  # kept in an attribute or an item: awaited elsewhere, for all we know
-        uses = [
-            n
-            for n in ast.walk(method)
-            if isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load)
-        ]
+        uses = [n for n in nodes if isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load)]
         return any(_use_awaits(use, parents) for use in uses)
     return _use_awaits(node, parents)
 
@@ -147,14 +158,12 @@ def _use_awaits(node: ast.expr, parents: dict[ast.AST, ast.AST]) -> bool:
     if isinstance(parent, ast.Await | ast.Starred | ast.List | ast.Tuple | ast.Set | ast.Dict):
         return True
     if isinstance(parent, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
-        return node is not getattr(parent, "generators", [None])[0]  # the element, not the source
+        return True  # an element, gathered later; a comprehension's source is its ast.comprehension
     if isinstance(parent, ast.Call) and node is not parent.func:
-        return not (isinstance(parent.func, ast.Name) and parent.func.id in _BUILTINS)
+        return not _is_builtin(parent)
     if isinstance(parent, ast.keyword):
         call = parents.get(parent)
-        return not (
-            isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in _BUILTINS
-        )
+        return not (isinstance(call, ast.Call) and _is_builtin(call))
     if isinstance(parent, ast.NamedExpr | ast.IfExp) and node is not getattr(parent, "test", None):
         return _use_awaits(parent, parents)
     # Dropped, returned, iterated, indexed, an attribute read, an operand, a condition.

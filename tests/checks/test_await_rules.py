@@ -117,6 +117,12 @@ def test_correct_code_is_not_reported(chain_file: Write) -> None:
         n = self._counter.run_remote(text)
         return len(a + b + c + d + e + await task) + len(many) + len(done) + len(lines) + n
 
+    async def nested(self, text: str) -> list[list[str]]:
+        def call(t: str) -> object:  # a scope of its own: its caller awaits what it returns
+            return self._chunker.run_remote(t)
+
+        return list(await asyncio.gather(*(call(t) for t in text.split())))
+
     def sync_helper(self, text: str) -> object:
         return self._chunker.run_remote(text)
 """)
