@@ -73,7 +73,7 @@ _LEFT_FOR_THE_REST = 12
 
 def _unbroken_columns(rows: Sequence[Sequence[str]], width: int) -> set[int]:
     """The columns whose cells are all single words of up to :data:`_UNBROKEN` characters,
-    the longest first as long as the others keep room to wrap in."""
+    the shortest first, as long as the others keep room to wrap in."""
     widths = {i: max(len(row[i]) for row in rows) for i in range(len(rows[0]))}
     candidates = [i for i, w in widths.items() if w <= _UNBROKEN and all(" " not in row[i] for row in rows)]
     keep: set[int] = set()

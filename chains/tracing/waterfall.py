@@ -32,9 +32,10 @@ def print_recent(console: Console, chain: str, traces: Sequence[TraceSummary]) -
         pad_edge=False,
         header_style="bold",
     )
-    for header, justify in (("request", "left"), ("started", "left"), ("ms", "right"), ("spans", "right")):
-        table.add_column(header, no_wrap=True, justify=justify, min_width=len(header))  # type: ignore[arg-type]
-    table.add_column("errors", justify="right", no_wrap=True, min_width=len("errors"))
+    for header in ("request", "started"):
+        table.add_column(header, no_wrap=True, min_width=len(header))
+    for header in ("ms", "spans", "errors"):
+        table.add_column(header, no_wrap=True, justify="right", min_width=len(header))
     table.add_column("chainlets", overflow="fold", min_width=len("chainlets"), ratio=1)
     for summary, request in zip(traces, ids, strict=True):
         started = datetime.datetime.fromtimestamp(summary.start_ns / 1e9).strftime("%H:%M:%S")
