@@ -8,9 +8,11 @@ BIN := $(VENV)/bin
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	@echo "setting up $(VENV): chains and its dev tools, once (about 20 s with a warm pip cache)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@echo "$(VENV) is ready"
 	touch $@
 
 lint: setup

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from chains.await_check import unawaited_calls
 from chains.config import RemoteConfig
 from chains.context import DeploymentContext
 from chains.endpoint import EndpointSpec, analyze_endpoint, type_label
@@ -315,6 +316,7 @@ def build_chain(entrypoint: type[Chainlet], name: str | None = None) -> Chain:
                     "names must be unique in a chain: rename one or set RemoteConfig(name=...)"
                 )
             )
+    violations.extend(unawaited_calls(order))
     if violations:
         raise ChainsUsageError(violations=violations)
     entry = specs[entrypoint]

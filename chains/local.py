@@ -17,6 +17,7 @@ import pydantic
 import pydantic_core
 
 from chains import codec
+from chains.await_check import PendingCall
 from chains.chainlet import construct
 from chains.checks import build_chain
 from chains.context import DeployedServiceDescriptor, DeploymentContext, Secrets
@@ -151,7 +152,7 @@ class LocalStub:
         elif endpoint.is_stream:
             method = self._stream
         elif endpoint.is_async:
-            method = self._call_async
+            method = self._pending_call
         else:
             method = self._call_sync
         self.run_remote = method
@@ -186,6 +187,10 @@ class LocalStub:
 
     def _remote(self, exc: BaseException) -> RemoteError:
         return RemoteError.from_detail(ErrorDetail.from_exception(exc, self._spec.name))
+
+    def _pending_call(self, *args: Any, **kwargs: Any) -> PendingCall[Any]:
+        # Not a bare coroutine: forgetting `await` then says so, naming the dependency.
+        return PendingCall.of_caller(lambda: self._call_async(*args, **kwargs), self._spec.name, self)
 
     async def _call_async(self, *args: Any, **kwargs: Any) -> Any:
         arguments = self._arguments(args, kwargs)

@@ -55,6 +55,8 @@ _PYPROJECT = """\
 # pytest runs the async tests as they are written (pip install pytest pytest-asyncio).
 [tool.pytest.ini_options]
 asyncio_mode = "auto"
+# Each test its own event loop; pytest-asyncio warns until this is chosen.
+asyncio_default_fixture_loop_scope = "function"
 """
 
 _IGNORE = """\

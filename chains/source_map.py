@@ -8,13 +8,26 @@ standard library say nothing about the user's mistake and are left out, counted.
 
 from __future__ import annotations
 
+import os
 import re
 import sysconfig
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Cause", "condense", "drop_cancellations", "find_cause", "to_user_files"]
+__all__ = [
+    "SOURCE_DIR_ENV",
+    "Cause",
+    "condense",
+    "drop_cancellations",
+    "find_cause",
+    "in_user_files",
+    "to_user_files",
+]
+
+# Set by a target whose chainlets run where the user's chain folder is (the local one): that
+# folder, so that a chainlet's own error bodies name the user's files too.
+SOURCE_DIR_ENV = "CHAINS_SOURCE_DIR"
 
 # `File "<anything>/generated/<Chainlet>/src/<path in the chain's folder>"`
 _GENERATED_FRAME = re.compile(r'File "[^"\n]*?/generated/[^/"\n]+/src/([^"\n]+)"')
@@ -29,6 +42,13 @@ def to_user_files(text: str, source_dir: str | Path) -> str:
     """``text`` with every frame in a generated copy pointing at the user's file instead."""
     folder = str(source_dir).rstrip("/")
     return _GENERATED_FRAME.sub(lambda m: f'File "{folder}/{m.group(1)}"', text)
+
+
+def in_user_files(text: str) -> str:
+    """``text`` mapped by :func:`to_user_files` onto this process's chain folder, when its
+    target named one in ``CHAINS_SOURCE_DIR``; as it is otherwise."""
+    folder = os.environ.get(SOURCE_DIR_ENV)
+    return to_user_files(text, folder) if folder else text
 
 
 def _is_framework(filename: str) -> bool:

@@ -48,15 +48,39 @@ def table(rows: Sequence[Sequence[str]], *, terminal: bool, state_column: int | 
     from rich.markup import escape
     from rich.table import Table
 
+    width = max(shutil.get_terminal_size().columns, 60)
     rendered = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
-    for header in rows[0]:
-        rendered.add_column(header)
+    keep = _unbroken_columns(rows, width)
+    for index, header in enumerate(rows[0]):
+        # In a narrow terminal a long cell wraps, folding a word only when it must: nothing is
+        # cut to an ellipsis, no header narrowed below its own width, and a short one-word
+        # cell (a URL, a PID) stays on one line, whole, to be read or copied.
+        rendered.add_column(header, overflow="fold", min_width=len(header), no_wrap=index in keep)
     for row in rows[1:]:
         cells = [escape(cell) for cell in row]
         if state_column is not None and row[state_column] in STATE_STYLES:
             cells[state_column] = f"[{STATE_STYLES[row[state_column]]}]{cells[state_column]}[/]"
         rendered.add_row(*cells)
     buffer = io.StringIO()
-    width = shutil.get_terminal_size().columns
-    Console(file=buffer, force_terminal=True, width=max(width, 60)).print(rendered)
-    return buffer.getvalue().rstrip("\n")
+    Console(file=buffer, force_terminal=True, width=width).print(rendered)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
+
+
+# A one-word cell up to this long is kept on one line; the other columns share what is left.
+_UNBROKEN = 24
+_LEFT_FOR_THE_REST = 12
+
+
+def _unbroken_columns(rows: Sequence[Sequence[str]], width: int) -> set[int]:
+    """The columns whose cells are all single words of up to :data:`_UNBROKEN` characters,
+    the shortest first, as long as the others keep room to wrap in."""
+    widths = {i: max(len(row[i]) for row in rows) for i in range(len(rows[0]))}
+    candidates = [i for i, w in widths.items() if w <= _UNBROKEN and all(" " not in row[i] for row in rows)]
+    keep: set[int] = set()
+    used = 3 * (len(widths) - 1)  # the gaps between columns
+    for i in sorted(candidates, key=lambda i: widths[i]):
+        if used + widths[i] > width - _LEFT_FOR_THE_REST * (len(widths) > len(candidates)):
+            break
+        keep.add(i)
+        used += widths[i]
+    return keep

@@ -13,10 +13,14 @@ pydantic and httpx. Calls go through :mod:`chains.client`, which imports nothing
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import json
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import jinja2
 
@@ -173,6 +177,7 @@ def generate_client(chain: Chain, source_file: Path, out_dir: Path) -> Generated
         "package": package,
         "distribution": package.replace("_", "-"),
         "version": GENERATOR_VERSION,
+        "sdk": sdk_requirement(),
         "source": source_file.name,
         "returns_doc": returns_doc,
         "usage": usage,
@@ -190,6 +195,28 @@ def generate_client(chain: Chain, source_file: Path, out_dir: Path) -> Generated
     for path, text in written.items():
         path.write_text(text)
     return GeneratedClient(out_dir, package, tuple(written))
+
+
+def sdk_requirement() -> str:
+    """What ``pip install --no-deps`` takes for the chains package this generator runs on.
+
+    A version not on the package index (a checkout, a wheel built from one) is installed
+    from where this one came from: its folder or its wheel file, as pip recorded it.
+
+    >>> sdk_requirement().startswith(("chains-sdk==", "/", "'"))
+    True
+    """
+    released = f"chains-sdk=={GENERATOR_VERSION}"
+    try:
+        recorded = importlib.metadata.distribution("chains-sdk").read_text("direct_url.json")
+        url = str(json.loads(recorded)["url"]) if recorded else ""
+    except (importlib.metadata.PackageNotFoundError, ValueError, KeyError, TypeError):
+        return released
+    parts = urlsplit(url)
+    if parts.scheme != "file":
+        return released
+    path = Path(unquote(parts.path))
+    return shlex.quote(str(path)) if path.exists() else released
 
 
 def _environment() -> jinja2.Environment:

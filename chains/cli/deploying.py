@@ -221,8 +221,6 @@ def _describe_replacement(name: str, replaced: dict[str, Any]) -> str:
 
 
 def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
-    from chains.server.openapi import example_arguments
-
     rows = [("CHAINLET", "URL", "PID", "STATE")]
     rows += [
         (
@@ -234,16 +232,32 @@ def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
         for p in state.processes
     ]
     table = terminal.table(rows, terminal=terminal.is_terminal(), state_column=3)
-    example = json.dumps(example_arguments(chain.entrypoint.endpoint))
-    curl = (
-        f"curl -sN {state.entrypoint_url}/run_remote -H 'Content-Type: application/json' "
-        + ('-H "Authorization: Bearer $CHAINS_API_KEY" ' if with_key else "")
-        + f"-d {shlex.quote(example)}"
-    )
+    try_it = _try_line(chain, state.chain, state.entrypoint_url, with_key)
     return (
         f"chain {state.chain!r} is running (target {state.target})\n{table}\n"
         f"entrypoint: {state.entrypoint_url}  (its API, with a form to try it: {state.entrypoint_url}/docs)\n"
-        f"try: {curl}\n"
+        f"try: {try_it}\n"
         f"see it at work (graph, metrics, traces, logs) in a browser: chains ui {state.chain}\n"
         f"stop it with: chains stop {state.chain}"
+    )
+
+
+def _try_line(chain: Chain, name: str, url: str, with_key: bool) -> str:
+    """A first call that works: curl for HTTP endpoints; for a WebSocket one (which answers a
+    POST with 426) ``chains call`` and a websocat line."""
+    from chains.server.openapi import example_arguments
+
+    bearer = '"Authorization: Bearer $CHAINS_API_KEY"'
+    endpoint = chain.entrypoint.endpoint
+    if endpoint.output_kind.is_socket:
+        socket_url = "ws" + url.removeprefix("http")  # http -> ws, https -> wss
+        return (
+            f"chains call {name}   (each line of stdin a message, each answer a line)\n"
+            f" or: websocat {socket_url}/run_remote" + (f" -H {bearer}" if with_key else "")
+        )
+    example = json.dumps(example_arguments(endpoint))
+    return (
+        f"curl -sN {url}/run_remote -H 'Content-Type: application/json' "
+        + (f"-H {bearer} " if with_key else "")
+        + f"-d {shlex.quote(example)}"
     )

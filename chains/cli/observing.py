@@ -40,7 +40,8 @@ def trace(name: str, request_id: str | None, limit: int, as_json: bool) -> None:
     path = store.store_path(folder)
     console = Console(highlight=False)
     if request_id is None:
-        traces = store.recent_traces(path, limit)
+        # Batches are traces of their own; the list is of requests (JSON keeps them all).
+        traces = store.recent_traces(path, limit, batches=as_json)
         if as_json:
             click.echo(json.dumps([t.to_json() for t in traces], indent=2))
         elif not traces:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from chains.errors import DependencyUnavailable, ErrorDetail
 from chains.server.asgi import send_json
 from chains.server.request import Request
+from chains.source_map import in_user_files
 
 if TYPE_CHECKING:
     from chains.tracing.spans import Tracing
@@ -35,6 +36,10 @@ async def send_error(
     if tracing is not None:
         tracing.record_error(exc)
     detail = ErrorDetail.from_exception(exc, chainlet)
+    # The id the x-chains-request-id header carries, and the frames in the user's own files.
+    detail = detail.model_copy(
+        update={"request_id": request.call.request_id, "traceback": in_user_files(detail.traceback)}
+    )
     headers = request.id_header
     if entrypoint:
         if public:

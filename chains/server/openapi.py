@@ -22,7 +22,8 @@ def _hoist(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]
 
 
 def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
-    """An OpenAPI 3.1 document describing ``POST /run_remote`` and the health routes."""
+    """An OpenAPI 3.1 document describing ``POST /run_remote`` (a ``GET`` with an upgrade, for
+    a WebSocket endpoint) and the health routes."""
     endpoint = spec.endpoint
     components: dict[str, Any] = {}
     request = _hoist(endpoint.input_model.model_json_schema(by_alias=True, ref_template=_REF), components)
@@ -53,7 +54,7 @@ def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
         )
         responses["200"] = {"description": "the result", "content": {JSON_MEDIA_TYPE: {"schema": output}}}
     security: list[dict[str, list[str]]] = [{"bearer": []}] if not entrypoint else [{"bearer": []}, {}]
-    return {
+    doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": f"chainlet {spec.name}", "version": "1", "description": endpoint.describe()},
         "paths": {
@@ -84,6 +85,37 @@ def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
         "components": {
             "schemas": components,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+    if kind.is_socket:
+        doc["paths"][RUN_REMOTE] = {"get": _websocket_operation(endpoint, security)}
+        doc["components"]["schemas"] = {}
+    return doc
+
+
+def _websocket_operation(endpoint: EndpointSpec, security: list[dict[str, list[str]]]) -> dict[str, Any]:
+    # OpenAPI has no words for a WebSocket: the upgrade is described as the GET it starts as,
+    # and ``x-websocket`` marks it for the tools that know that convention.
+    return {
+        "operationId": "run_remote",
+        "summary": endpoint.describe(),
+        "description": (
+            f"A WebSocket conversation: connect to ws://HOST{RUN_REMOTE} (wss:// over TLS); each "
+            "message, text or bytes, goes to run_remote, which answers with messages of its own. "
+            "A POST is refused with 426."
+        ),
+        "security": security,
+        "x-websocket": True,
+        "parameters": [
+            {"name": "Upgrade", "in": "header", "required": True, "schema": {"const": "websocket"}},
+            {"name": "Connection", "in": "header", "required": True, "schema": {"const": "Upgrade"}},
+        ],
+        "responses": {
+            "101": {"description": "switching to the WebSocket protocol: the conversation begins"},
+            "401": {"description": "missing or wrong credentials"},
+            "403": {"description": "a web page of an origin the entrypoint does not allow"},
+            "426": {"description": "not a WebSocket upgrade"},
+            "503": {"description": "not ready, over capacity or shutting down; retry after Retry-After"},
         },
     }
 
@@ -133,6 +165,8 @@ def _example(schema: dict[str, Any], defs: dict[str, Any], depth: int) -> Any:
 def docs_page(spec: ChainletSpec) -> str:
     """A self-contained page: the signature, the schema, and a form that streams a call."""
     endpoint = spec.endpoint
+    if endpoint.output_kind.is_socket:
+        return _SOCKET_PAGE.format(title=html.escape(f"{spec.name}: {endpoint.describe()}"))
     schema = json.dumps(endpoint.input_model.model_json_schema(by_alias=True), indent=2)
     example = json.dumps(example_arguments(endpoint))
     title = html.escape(f"{spec.name}: {endpoint.describe()}")
@@ -175,5 +209,19 @@ document.getElementById("call").onclick = async () => {{
   }}
 }};
 </script>
+</body></html>
+"""
+
+
+_SOCKET_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font: 15px/1.5 system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; }}
+</style></head><body>
+<h1>{title}</h1>
+<p>A WebSocket endpoint: open a WebSocket to <code>/run_remote</code> (<code>ws://</code>, or
+<code>wss://</code> over TLS) and exchange messages, text or bytes; a POST gets 426. From a
+terminal, <code>chains call</code> with the chain's name sends each line of its input as a
+message and prints each answer. The OpenAPI document is at <a href="/openapi.json">/openapi.json</a>.</p>
 </body></html>
 """

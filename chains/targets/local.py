@@ -21,7 +21,7 @@ from chains import progress
 from chains.errors import ChainsRuntimeError
 from chains.model import Chain
 from chains.progress import Board, Stage
-from chains.source_map import condense, drop_cancellations, find_cause, to_user_files
+from chains.source_map import SOURCE_DIR_ENV, condense, drop_cancellations, find_cause, to_user_files
 from chains.targets import is_alive
 from chains.targets.environment import chainlet_environment
 from chains.targets.job_env import job_environment
@@ -141,10 +141,12 @@ class _LocalLaunch:
         # environment turns that off; OTEL_EXPORTER_OTLP_ENDPOINT adds a collector).
         traces = {STORE_ENV: os.environ.get(STORE_ENV) or str(store_path(home))}
         jobs = job_environment(home)  # the entrypoint's async calls (docs/jobs.md)
+        source = {SOURCE_DIR_ENV: str(source_file.parent.absolute())}
         envs = {
             spec.name: {
                 **chainlet_environment(chain, spec, token, options, "local"),
                 **traces,
+                **source,
                 **(jobs if spec is chain.entrypoint else {}),
             }
             for spec in chain.chainlets

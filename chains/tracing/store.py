@@ -38,6 +38,8 @@ __all__ = [
 ]
 
 STORE_FILE = "traces.sqlite"
+# spans.BATCH_SIZE, spelled here so that reading the store needs no OpenTelemetry.
+_BATCH_SIZE = "chains.batch.size"
 _BUSY_TIMEOUT_MS = 5000
 
 _SCHEMA = """
@@ -215,8 +217,12 @@ def write_spans(path: Path, spans: Sequence[SpanRecord], keep: int) -> None:
         writer.write(spans)
 
 
-def recent_traces(path: Path, limit: int = 20) -> list[TraceSummary]:
-    """The ``limit`` most recent traces in the store, newest first (none when there is no store)."""
+def recent_traces(path: Path, limit: int = 20, *, batches: bool = True) -> list[TraceSummary]:
+    """The ``limit`` most recent traces in the store, newest first (none when there is no store).
+
+    Without ``batches``, the traces of ``@chains.batched`` batches are left out: each is a
+    trace of its own, linked with the requests it served, and would list as many rows again.
+    """
     if not path.exists():
         return []
     with closing(_connect(path)) as db:
@@ -227,8 +233,10 @@ def recent_traces(path: Path, limit: int = 20) -> list[TraceSummary]:
             "sum(s.status = 'error'), group_concat(DISTINCT s.service), "
             "(SELECT name FROM spans f WHERE f.trace_id = t.trace_id ORDER BY f.start_ns LIMIT 1) "
             "FROM traces t JOIN spans s ON s.trace_id = t.trace_id "
+            "WHERE ? OR NOT EXISTS (SELECT 1 FROM spans b WHERE b.trace_id = t.trace_id "
+            "AND b.parent_id = '' AND b.name LIKE '%.batch' AND instr(b.attributes, ?) > 0) "
             "GROUP BY t.trace_id ORDER BY t.start_ns DESC LIMIT ?",
-            (limit,),
+            (batches, json.dumps(_BATCH_SIZE), limit),
         ).fetchall()
     return [
         TraceSummary(

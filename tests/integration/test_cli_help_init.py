@@ -58,6 +58,7 @@ def test_init_scaffolds_a_chain_whose_test_passes(tmp_path: Path) -> None:
         timeout=120,
     )
     assert tested.returncode == 0 and "1 passed" in tested.stdout, tested.stdout + tested.stderr
+    assert "warning" not in (tested.stdout + tested.stderr).lower(), tested.stdout  # a clean first run
     again = subprocess.run(
         [sys.executable, "-m", "chains", "init", "my-chain"], cwd=tmp_path, capture_output=True, text=True
     )

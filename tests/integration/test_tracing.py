@@ -231,7 +231,9 @@ def test_a_three_hop_call_with_a_retry_and_a_stream_is_one_trace(tmp_path: Path,
 
         # The same trace in the local store, drawn by `chains trace`.
         wait_until(
-            lambda: REQUEST_ID in cli.run("trace", "traced").stdout, 20, "the request listed by chains trace"
+            lambda: REQUEST_ID[:12] in cli.run("trace", "traced").stdout,
+            20,
+            "the request listed by chains trace (by a prefix of its id)",
         )
         stored = json.loads(cli.run("trace", "traced", REQUEST_ID, "--json").stdout)
         assert {(s["span_id"], s["parent_id"]) for s in stored} == {(s.span_id, s.parent_id) for s in spans}

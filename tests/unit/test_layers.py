@@ -43,7 +43,15 @@ LAYERS: dict[str, int] = {
         4,
     ),
     **dict.fromkeys(
-        ["chains.chainlet", "chains.checks", "chains.model", "chains.endpoint", "chains.codec"], 3
+        [
+            "chains.chainlet",
+            "chains.checks",
+            "chains.await_check",
+            "chains.model",
+            "chains.endpoint",
+            "chains.codec",
+        ],
+        3,
     ),
     **dict.fromkeys(
         [

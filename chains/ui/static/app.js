@@ -270,6 +270,16 @@ function fieldFor(name, schema, required) {
 
 async function buildForm() {
   const doc = await getJSON("/api/openapi");
+  const socket = doc.paths["/run_remote"].get;
+  if (socket && socket["x-websocket"]) {
+    // A conversation, not a call: a form of arguments could only get 426.
+    $("try-signature").textContent = socket.summary || "";
+    $("try-form").hidden = true;
+    $("try-status").textContent = "a WebSocket endpoint: talk to it with `chains call` and the chain's name (each line of input a message)";
+    state.formReady = true;
+    document.body.dataset.formReady = "1";
+    return;
+  }
   const post = doc.paths["/run_remote"].post;
   $("try-signature").textContent = post.summary || "";
   const schema = resolveRef(doc, post.requestBody.content["application/json"].schema);
