@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
             "chains.stubs",
             "chains.client",
             "chains.local",
+            "chains.local_routes",
             "chains.loader",
             "codegen",
             "chains.graph",
@@ -43,7 +44,16 @@ LAYERS: dict[str, int] = {
         4,
     ),
     **dict.fromkeys(
-        ["chains.chainlet", "chains.checks", "chains.model", "chains.endpoint", "chains.codec"], 3
+        [
+            "chains.chainlet",
+            "chains.checks",
+            "chains.model",
+            "chains.endpoint",
+            "chains.routes",
+            "chains.openai",
+            "chains.codec",
+        ],
+        3,
     ),
     **dict.fromkeys(
         [
@@ -77,6 +87,7 @@ LAYERS: dict[str, int] = {
         1,
     ),
 }
+
 
 def _modules() -> dict[str, Path]:
     found = {}
