@@ -107,7 +107,9 @@ class Front(chains.ChainletBase):
     async def chat(self, body: oai.ChatCompletionRequest) -> oai.ChatCompletion | AsyncIterator[chains.SSE]:
         oai.refuse_unsupported(body)
         prompt = _prompt(body.messages)
-        deltas = self._tokens.run_remote(prompt, body.token_limit or 16)
+        # A field OpenAI does not have, carried through by the model: how slowly the tiny model types.
+        delay_ms = float((body.model_extra or {}).get("delay_ms", 5.0))
+        deltas = self._tokens.run_remote(prompt, body.token_limit or 16, delay_ms)
         prompt_tokens = len(prompt.split())
         if body.stream:
             return oai.chat_events(
