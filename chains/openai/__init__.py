@@ -47,7 +47,6 @@ from chains.openai.models import (
 )
 from chains.openai.streams import (
     DONE,
-    chat_chunks,
     chat_completion,
     chat_events,
     completion,
@@ -78,7 +77,6 @@ __all__ = [
     "StreamOptions",
     "ToolCall",
     "Usage",
-    "chat_chunks",
     "chat_completion",
     "chat_events",
     "completion",
