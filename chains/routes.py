@@ -42,8 +42,9 @@ from typing import Any, Literal, TypeVar, get_args
 import pydantic
 
 from chains.endpoint import EndpointSpec, analyze_endpoint, type_label
-from chains.errors import Violation
+from chains.errors import ChainsUsageError, Violation
 from chains.locations import Locator
+from chains.model import Chain
 from chains.wire import HEALTHZ, METRICS, READYZ, RUN_REMOTE
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "RouteSpec",
     "check_routes",
     "method_endpoints",
+    "refuse_routes",
     "route",
     "routes_of",
 ]
@@ -213,6 +215,21 @@ def routes_of(cls: type) -> tuple[RouteSpec, ...]:
     if cached is None:
         cached, _, _ = check_routes(cls, cls.__name__, Locator(cls), final=True)
     return tuple(cached)
+
+
+def refuse_routes(chain: Chain, where: str) -> None:
+    """Raise ``ChainsUsageError`` when a chainlet of ``chain`` declares routes that
+    ``where`` cannot serve (Truss models answer ``predict`` alone), naming them: the
+    routes would otherwise be left out without a word."""
+    found = [
+        f"{spec.name}: {r.http_method} {r.path}" for spec in chain.chainlets for r in routes_of(spec.cls)
+    ]
+    if found:
+        raise ChainsUsageError(
+            f"{where} serves run_remote alone (a Truss model answers predict), but the chain declares "
+            f"@chains.route endpoints ({'; '.join(found)}); push it to a target that serves them "
+            "(local, docker, swarm, ray, or the kubernetes and compose exports)"
+        )
 
 
 def declared_routes(cls: type) -> list[tuple[str, Any]]:
