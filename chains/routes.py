@@ -76,6 +76,28 @@ argument by name in one JSON object, as ``/run_remote`` takes them."""
 _RESERVED = (RUN_REMOTE, HEALTHZ, READYZ, METRICS, "/openapi.json", "/docs", "/client.js", "/client.d.ts")
 _RESERVED_PREFIXES = (METHOD_CALLS, "/stream_ticket")
 
+# A route's method is also a method of its chainlet's stub (chains.stubs.StubBase), which must
+# keep its own; tests/checks/test_route_rules.py checks this list against StubBase.
+STUB_NAMES = frozenset(
+    {
+        "aclose",
+        "call_remote",
+        "call_remote_sync",
+        "connect_remote",
+        "endpoint",
+        "from_url",
+        "name",
+        "options",
+        "path",
+        "predict_async",
+        "predict_async_stream",
+        "predict_sync",
+        "run_remote",
+        "stream_remote",
+        "urls",
+    }
+)
+
 _ATTR = "__chains_route__"
 _SPECS = "__chains_routes__"
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -298,8 +320,13 @@ def _check_one(
     if method not in _METHODS:
         problems.append(at(f"@chains.route: method {method!r} is not one of {', '.join(_METHODS)}"))
     problems.extend(at(f"@chains.route: {problem}") for problem in _path_problems(path))
-    if name == "run_remote" or name.startswith("_"):
-        problems.append(at(f"`{name}` cannot be a route: routes are public methods besides run_remote"))
+    if name in STUB_NAMES or name.startswith("_"):
+        problems.append(
+            at(
+                f"`{name}` cannot be a route: routes are public methods besides run_remote, and not "
+                f"named as what a stub has of its own ({', '.join(sorted(STUB_NAMES))}); rename it"
+            )
+        )
     if problems:
         return problems, None, False
     if inspect.isgeneratorfunction(func):

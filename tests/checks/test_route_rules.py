@@ -183,3 +183,26 @@ def test_a_route_return_type_that_cannot_be_sent(chain_file: Write) -> None:
     v = f.only_violation()
     assert v.where == "Entry.lock"
     assert "cannot be sent over the wire" in v.message
+
+
+def test_a_route_may_not_take_a_name_its_stub_needs(chain_file: Write) -> None:
+    f = chain_file(
+        _entry("""
+            @chains.route("GET", "/path")
+            async def path(self) -> int:
+                return 1
+""")
+    )
+    v = f.only_violation()
+    assert v.where == "Entry.path"
+    assert "`path` cannot be a route" in v.message
+
+
+def test_the_names_kept_for_stubs_are_every_public_name_of_stubbase() -> None:
+    from chains.routes import STUB_NAMES
+    from chains.stubs import StubBase
+
+    public = {n for n in dir(StubBase) if not n.startswith("_")}
+    probe = StubBase("http://127.0.0.1:9")
+    public |= {n for n in vars(probe) if not n.startswith("_")}
+    assert public <= STUB_NAMES
