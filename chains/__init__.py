@@ -53,6 +53,7 @@ from chains.errors import (
     UnknownFrameKind,
     Violation,
 )
+from chains.routes import Header, HTTPError, Query, route
 from chains.rpc_options import RPCOptions
 from chains.streaming import SSE, StreamTypes, stream_reader, stream_types, stream_writer
 from chains.websocket.protocol import WebSocketProtocol
@@ -100,7 +101,10 @@ __all__ = [
     "ErrorDetail",
     "FrameTooLarge",
     "GenericRemoteException",
+    "HTTPError",
+    "Header",
     "ModelBase",
+    "Query",
     "RPCOptions",
     "RemoteConfig",
     "RemoteError",
@@ -120,6 +124,7 @@ __all__ = [
     "make_abs_path_here",
     "mark_entrypoint",
     "push",
+    "route",
     "run_local",
     "stream_reader",
     "stream_types",

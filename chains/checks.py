@@ -32,6 +32,7 @@ from chains.model import (
     chainlet_name,
     is_abstract,
 )
+from chains.routes import check_routes
 
 __all__ = [
     "NAME_RE",
@@ -120,7 +121,9 @@ def _check_class(cls: type[Chainlet], *, final: bool) -> tuple[list[Violation], 
     init_violations, init_deferred = _check_init(cls, locator, final=final)
     violations.extend(init_violations)
     violations.extend(_check_is_healthy(cls, locator))
-    return violations, endpoint.deferred or init_deferred, endpoint.spec
+    _, route_violations, routes_deferred = check_routes(cls, name, locator, final=final)
+    violations.extend(route_violations)
+    return violations, endpoint.deferred or init_deferred or routes_deferred, endpoint.spec
 
 
 def _check_class_final(cls: type[Chainlet]) -> tuple[ChainletSpec | None, list[Violation]]:

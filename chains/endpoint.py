@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 METHOD = "run_remote"
+_RUN_REMOTE = METHOD
 
 
 _ITERATOR_ORIGINS = (collections.abc.AsyncIterator, collections.abc.AsyncGenerator)
@@ -83,6 +84,8 @@ class EndpointSpec:
     # Set for ``@chains.batched``: params and output are then those of one call (the wire
     # form), not the body's lists.
     batching: BatchConfig | None = None
+    # The method this describes: ``run_remote``, or a route's (see chains/routes.py).
+    method: str = METHOD
 
     @property
     def is_stream(self) -> bool:
@@ -101,7 +104,8 @@ class EndpointSpec:
     @cached_property
     def input_model(self) -> type[pydantic.BaseModel]:
         """The pydantic model of the JSON object ``POST /run_remote`` takes."""
-        return _input_model(self.chainlet, self.params)
+        name = self.chainlet if self.method == METHOD else f"{self.chainlet}_{self.method}"
+        return _input_model(name, self.params)
 
     @cached_property
     def output_adapter(self) -> pydantic.TypeAdapter[Any]:
@@ -115,7 +119,8 @@ class EndpointSpec:
             for p in self.params
         )
         if self.output_kind.is_socket:
-            return f"async {METHOD}(websocket: WebSocketProtocol) -> None (a WebSocket: messages both ways)"
+            socket = "(websocket: WebSocketProtocol) -> None (a WebSocket: messages both ways)"
+            return f"async {self.method}{socket}"
         if not self.output_kind.is_stream:
             output = type_label(self.output_type)
         elif self.stream_types is not None:
@@ -129,7 +134,7 @@ class EndpointSpec:
             output = f"stream of {type_label(self.output_type)}"
         prefix = "async " if self.is_async else ""
         batching = f" ({self.batching.describe()})" if self.batching is not None else ""
-        return f"{prefix}{METHOD}({params}) -> {output}{batching}"
+        return f"{prefix}{self.method}({params}) -> {output}{batching}"
 
 
 def field_name(param: str) -> str:
@@ -158,16 +163,27 @@ class EndpointAnalysis:
 
 
 def analyze_endpoint(
-    cls: type, chainlet: str, locator: Locator, *, final: bool, stub: bool = False
+    cls: type,
+    chainlet: str,
+    locator: Locator,
+    *,
+    final: bool,
+    stub: bool = False,
+    method_name: str = METHOD,
+    returns: Any = None,
 ) -> EndpointAnalysis:
     """Check ``cls.run_remote`` against the endpoint rules and describe it.
 
     For a stub (``stub=True``) the body is not the endpoint's: a stub's ``run_remote`` may
     return the stream of ``stream_remote`` instead of yielding, so the rules about ``yield``
     do not apply.
+
+    ``method_name`` names another method than ``run_remote`` (a route's), and ``returns``
+    stands in for its return annotation (one half of a route's ``Model | AsyncIterator[T]``).
     """
+    METHOD = method_name  # the messages below name the method checked
     result = EndpointAnalysis()
-    method = _find_method(cls)
+    method = _find_method(cls, METHOD)
     if method is None:
         result.violations.append(
             locator.at_class(
@@ -265,11 +281,12 @@ def analyze_endpoint(
             locator.at_param(METHOD, "return", f"`{METHOD}` has no return annotation; add `-> ...`")
         )
         return result
-    returns = hints["return"]
-    batching = None if stub else _batching_of(cls)
+    if returns is None:
+        returns = hints["return"]
+    batching = None if stub or method_name != _RUN_REMOTE else _batching_of(cls)
     if batching is not None:
         returns = _batch_returns_on_the_wire(returns)
-    output = _classify_output(method, returns, locator, stub=stub)
+    output = _classify_output(method, returns, locator, stub=stub, name=METHOD)
     result.violations.extend(output.violations)
     if result.violations or output.kind is None:
         return result
@@ -281,6 +298,7 @@ def analyze_endpoint(
         output_type=output.item_type,
         stream_types=output.stream_types,
         signature=signature,
+        method=METHOD,
     )
     if batching is not None:
         batched_spec, problems = _batched(spec, batching)
@@ -412,10 +430,10 @@ def _websocket(
     return result
 
 
-def _find_method(cls: type) -> Any:
+def _find_method(cls: type, name: str = METHOD) -> Any:
     for klass in cls.__mro__:
-        if METHOD in klass.__dict__:
-            attr = klass.__dict__[METHOD]
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
             return attr if inspect.isfunction(attr) else getattr(attr, "__func__", attr)
     return None
 
@@ -437,7 +455,10 @@ class _Output:
     violations: list[Violation] = field(default_factory=list)
 
 
-def _classify_output(method: Any, annotation: Any, locator: Locator, *, stub: bool) -> _Output:
+def _classify_output(
+    method: Any, annotation: Any, locator: Locator, *, stub: bool, name: str = METHOD
+) -> _Output:
+    METHOD = name  # the messages below name the method checked
     out = _Output()
 
     def fail(message: str) -> _Output:

@@ -23,6 +23,7 @@ from chains.checks import build_chain
 from chains.context import DeployedServiceDescriptor, DeploymentContext, Secrets
 from chains.errors import ChainsUsageError, DeadlineExceeded, ErrorDetail, RemoteError
 from chains.limits import CallLimit
+from chains.local_routes import with_routes
 from chains.model import Chainlet, ChainletSpec, DependencyMarker, building_with
 from chains.streaming import decode_framed, encode_framed, shape_of
 from chains.websocket.protocol import WebSocketProtocol
@@ -102,9 +103,9 @@ class _LocalRunner:
         for dep in spec.dependencies:
             if dep.param not in given:
                 callee = specs[dep.chainlet_cls]
-                given[dep.param] = LocalStub(
-                    callee, self._instance(callee, specs), dep.marker, self._serialize
-                )
+                instance = self._instance(callee, specs)
+                stub = LocalStub(callee, instance, dep.marker, self._serialize)
+                given[dep.param] = with_routes(stub, callee, instance, dep.marker, self._serialize)
         if spec.context_param is not None and spec.context_param not in given:
             given[spec.context_param] = self._context(spec)
         return construct(spec.cls, (), given)

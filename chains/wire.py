@@ -15,6 +15,8 @@ from typing import Any, Final
 import pydantic
 
 __all__ = [
+    "ASYNC_REQUEST",
+    "ASYNC_RUN_REMOTE",
     "BINARY_CONTEXT",
     "BINARY_MEDIA_TYPE",
     "BYTES_MEDIA_TYPE",
@@ -40,6 +42,9 @@ RUN_REMOTE: Final = "/run_remote"
 HEALTHZ: Final = "/healthz"
 READYZ: Final = "/readyz"
 METRICS: Final = "/metrics"
+# The entrypoint's async calls (docs/jobs.md): the submission, and each request's status.
+ASYNC_RUN_REMOTE: Final = "/async_run_remote"
+ASYNC_REQUEST: Final = "/async_request"
 
 # The headers of a call: its request id and the time it has left, carried to every hop (see
 # chains/call_context.py), and the kind of stream an endpoint answers with.

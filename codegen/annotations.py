@@ -78,7 +78,7 @@ class SignatureSource:
     params: tuple[ParamSource, ...]
     returns: str
 
-    def def_lines(self, *, is_async: bool, indent: str) -> list[str]:
+    def def_lines(self, *, is_async: bool, indent: str, name: str = "run_remote") -> list[str]:
         """The ``def run_remote(self, ...) -> ...:`` line(s), split as ruff splits them."""
         items = ["self"]
         for index, param in enumerate(self.params):
@@ -90,7 +90,7 @@ class SignatureSource:
             if param.kind is inspect.Parameter.POSITIONAL_ONLY and following is not param.kind:
                 items.append("/")
         prefix = "async def" if is_async else "def"
-        return bracketed(f"{indent}{prefix} run_remote(", items, f") -> {self.returns}:", indent=indent)
+        return bracketed(f"{indent}{prefix} {name}(", items, f") -> {self.returns}:", indent=indent)
 
 
 def signature_source(

@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import json
 import typing
 from dataclasses import dataclass
 from typing import Any
 
 import jinja2
 
+from chains.endpoint import EndpointSpec
 from chains.errors import ChainsUsageError
 from chains.model import ChainletSpec
+from chains.routes import routes_of
 from codegen.annotations import ImportName, signature_source
 from codegen.imports import Imports
 from codegen.pysource import bracketed
@@ -111,6 +114,9 @@ def render_stub(
         body.append(f"{_BODY_INDENT}    yield {item}")
     else:
         body = bracketed(f"{_BODY_INDENT}return self.stream_remote(", keywords, ")", indent=_BODY_INDENT)
+    for route in routes_of(dependency.cls):
+        body.append("")
+        body.extend(_route_method(route.name, dependency, import_name, imports, class_name, route.endpoint))
     target_module = import_name(dependency.cls.__module__)
     text = env.get_template("stub.py.jinja").render(
         header=header,
@@ -123,6 +129,44 @@ def render_stub(
         body_lines=body,
     )
     return StubModule(module, dependency.name, class_name, text, frozenset(imports.top_modules()))
+
+
+def _route_method(
+    name: str,
+    dependency: ChainletSpec,
+    import_name: ImportName,
+    imports: Imports,
+    class_name: str,
+    endpoint: EndpointSpec,
+) -> list[str]:
+    """A route's method in the stub: the route's signature, called by name (always awaited)."""
+    func = getattr(dependency.cls, name)
+    signature = signature_source(
+        func, dependency.name, import_name, imports, reserved=frozenset({"StubBase", class_name})
+    )
+    keywords = [json.dumps(name), *(f"{p.name}={p.name}" for p in signature.params)]
+    lines = signature.def_lines(is_async=True, indent="    ", name=name)
+    if endpoint.is_stream:
+        imports.add_from("chains.stubs.methods", "stream_method")
+        item = _free_name("item", {p.name for p in signature.params})
+        lines += bracketed(
+            f"{_BODY_INDENT}async for {item} in stream_method(",
+            ["self", *keywords],
+            "):",
+            indent=_BODY_INDENT,
+        )
+        lines.append(f"{_BODY_INDENT}    yield {item}")
+        return lines
+    imports.add_from("chains.stubs.methods", "call_method")
+    result = _free_name("result", {p.name for p in signature.params})
+    lines += bracketed(
+        f"{_BODY_INDENT}{result}: {signature.returns} = await call_method(",
+        ["self", *keywords],
+        ")",
+        indent=_BODY_INDENT,
+    )
+    lines.append(f"{_BODY_INDENT}return {result}")
+    return lines
 
 
 def _render_socket_stub(

@@ -21,7 +21,7 @@ from chains.streaming import BYTES, SSE_EVENTS, TEXT, OutputKind, StreamKind
 from chains.streaming.sse import SSE
 from chains.wire import JSON_MEDIA_TYPE, RUN_REMOTE, SSE_MEDIA_TYPE
 
-__all__ = ["CallFailed", "UntrustedCertificate", "call_entrypoint", "converse_with_entrypoint"]
+__all__ = ["CallFailed", "UntrustedCertificate", "call_entrypoint", "call_route", "converse_with_entrypoint"]
 
 
 class CallFailed(Exception):
@@ -80,11 +80,51 @@ async def call_entrypoint(
             ) from None
 
 
+async def call_route(
+    url: str,
+    method: str,
+    path: str,
+    body: Any,
+    headers: dict[str, str],
+    out: TextIO = sys.stdout,
+    api_key: str | None = None,
+    timeout: float | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> None:
+    """Send ``method path`` (a ``@chains.route``) with ``body`` as its JSON body, and write the
+    answer to ``out``: JSON pretty-printed, a stream's bytes as they arrive."""
+    sent = dict(headers)
+    if api_key:
+        sent.setdefault("authorization", f"Bearer {api_key}")
+    verify: ssl.SSLContext | bool = ssl_context or True
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10), verify=verify) as client:
+        try:
+            async with client.stream(method, url + path, json=body, headers=sent) as response:
+                if response.status_code >= 400:
+                    raise CallFailed(_describe_failure(response.status_code, await response.aread()))
+                if response.headers.get("content-type", "").startswith(JSON_MEDIA_TYPE):
+                    out.write(json.dumps(json.loads(await response.aread()), indent=2) + "\n")
+                    return
+                async for chunk in response.aiter_text():
+                    out.write(chunk)
+                    out.flush()
+        except httpx.TransportError as exc:
+            raise _untrusted(exc, url) or CallFailed(
+                f"the call to {url}{path} broke off: {type(exc).__name__}: {exc}"
+            ) from None
+
+
 def _describe_failure(status: int, body: bytes) -> str:
     try:
         payload = json.loads(body)
     except ValueError:
         return f"HTTP {status}: {body[:500].decode(errors='replace')}"
+    if (
+        isinstance(payload, dict)
+        and isinstance(payload.get("error"), dict)
+        and "exc_type" not in payload["error"]
+    ):
+        return f"HTTP {status}: {payload['error'].get('message', payload['error'])}"  # OpenAI's shape
     if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
         return str(RemoteError.from_detail(ErrorDetail.model_validate(payload["error"])))
     if isinstance(payload, dict) and "detail" in payload:

@@ -228,6 +228,14 @@ def _stopped_logs(name: str, chainlet: str | None, lines: int) -> None:
 )
 @click.option("--api-key", envvar="CHAINS_API_KEY", help="The entrypoint's API key, if it has one.")
 @click.option(
+    "--route",
+    metavar="'METHOD /PATH'",
+    help="Call one of the entrypoint's @chains.route endpoints; --json is then its whole body.",
+)
+@click.option(
+    "--header", "headers", multiple=True, metavar="'NAME: VALUE'", help="--route: a request header."
+)
+@click.option(
     "--timeout",
     type=float,
     default=DEFAULT_CALL_TIMEOUT_SEC,
@@ -256,6 +264,8 @@ def call(
     json_args: str | None,
     args_file: str | None,
     api_key: str | None,
+    route: str | None,
+    headers: tuple[str, ...],
     timeout: float,
     ca_file: Path | None,
     as_job: bool,
@@ -265,7 +275,9 @@ def call(
 
     A WebSocket entrypoint gets each line of stdin as a message; its replies print as they
     arrive. An https:// entrypoint whose certificate a private authority issued is verified
-    with that authority: the one recorded when the chain was pushed, or --ca-file.
+    with that authority: the one recorded when the chain was pushed, or --ca-file. With
+    --route, one of its @chains.route endpoints is called instead of run_remote, with --json
+    as the request's whole body (none for a GET), and --header for its headers.
 
     \b
     Examples:
@@ -273,8 +285,16 @@ def call(
       chains call my-chain --file args.json --timeout 600
       chains call my-chain --json '{"text": "hello"}' --ca-file proxy-ca.pem
       chains call my-chain --async --json '{"text": "hello"}'
+      chains call my-chain --route 'POST /v1/chat/completions' --json '{"model": "m", "messages": []}'
+      chains call my-chain --route 'GET /v1/models'
     """
-    from chains.cli.calling import CallFailed, UntrustedCertificate, call_entrypoint, converse_with_entrypoint
+    from chains.cli.calling import (
+        CallFailed,
+        UntrustedCertificate,
+        call_entrypoint,
+        call_route,
+        converse_with_entrypoint,
+    )
     from chains.deploy import find_state
     from chains.streaming import kind_named
 
@@ -286,8 +306,9 @@ def call(
         arguments = json.loads(text)
     except ValueError as exc:
         fail(f"error: the arguments are not valid JSON: {exc}")
-    if not isinstance(arguments, dict):
+    if route is None and not isinstance(arguments, dict):
         fail('error: the arguments must be a JSON object, e.g. --json \'{"prompt": "hi"}\'')
+    route_call = _route_call(route, headers, given=json_args is not None or args_file is not None)
     if not is_alive(state):
         fail(f"error: chain {name!r} is stale (its supervisor is gone); push it again")
     if as_job:
@@ -298,6 +319,21 @@ def call(
     kind = guarded(lambda: kind_named(state.entrypoint_kind))
     context = guarded(lambda: _entrypoint_context(state, ca_file))
     try:
+        if route_call is not None:
+            method, path, sent = route_call
+            body = arguments if json_args is not None or args_file is not None else None
+            coroutine = call_route(
+                state.entrypoint_url,
+                method,
+                path,
+                body,
+                sent,
+                api_key=api_key,
+                timeout=timeout,
+                ssl_context=context,
+            )
+            asyncio.run(coroutine)
+            return
         if kind.is_socket:  # a conversation: stdin's lines go out, the replies print as they come
             asyncio.run(converse_with_entrypoint(state.entrypoint_url, api_key=api_key, ssl_context=context))
             return
@@ -315,6 +351,34 @@ def call(
         hint = f"\n{', '.join(failed)} failed for good: `chains restart {name}`" if failed else ""
         text = to_user_files(str(exc), Path(state.source).parent) if state.source else str(exc)
         fail(f"error: {text}{hint}")
+
+
+_ROUTE_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _route_call(
+    route: str | None, headers: tuple[str, ...], *, given: bool
+) -> tuple[str, str, dict[str, str]] | None:
+    """``--route 'POST /v1/x'`` and ``--header``s as (method, path, headers); fails on a typo."""
+    if route is None:
+        if headers:
+            fail("error: --header goes with --route; run_remote calls take no headers of yours")
+        return None
+    method, _, path = route.strip().partition(" ")
+    method, path = method.upper(), path.strip()
+    if method not in _ROUTE_METHODS or not path.startswith("/"):
+        fail(
+            f"error: --route takes 'METHOD /PATH' (METHOD one of {', '.join(_ROUTE_METHODS)}), got {route!r}"
+        )
+    if method == "GET" and given:
+        fail("error: a GET has no body: drop --json/--file, or put parameters in the query ('/path?x=1')")
+    sent: dict[str, str] = {}
+    for header in headers:
+        name, colon, value = header.partition(":")
+        if not colon or not name.strip():
+            fail(f"error: --header takes 'NAME: VALUE', got {header!r}")
+        sent[name.strip().lower()] = value.strip()
+    return method, path, sent
 
 
 def _entrypoint_context(state: ChainState, ca_file: Path | None) -> ssl.SSLContext | None:

@@ -35,6 +35,7 @@ from chains.chainlet import ChainletBase
 from chains.errors import DeadlineExceeded
 from chains.metrics import Metrics
 from chains.model import ChainletSpec
+from chains.routes import routes_of
 from chains.server import openapi
 from chains.server.asgi import (
     BodyTooLarge,
@@ -56,6 +57,7 @@ from chains.server.error_response import send_error
 from chains.server.negotiation import negotiate
 from chains.server.refusal import RETRY_SOON, Refusal
 from chains.server.request import Request, StreamCount
+from chains.server.routes import RouteServer
 from chains.server.settings import ServerSettings
 from chains.server.streaming_response import StreamAborted, send_stream
 from chains.server.websocket import Conversations, serve_websocket
@@ -117,6 +119,8 @@ class ChainletApp:
             self._browser = BrowserRoutes(spec, settings.cors, settings.api_key, self.metrics)
         self.conversations = Conversations()
         self._jobs = self._job_routes() if settings.jobs is not None and settings.is_entrypoint else None
+        routes = routes_of(spec.cls)  # @chains.route endpoints, served by chains/server/routes.py
+        self._routes = RouteServer(self, routes) if routes else None
         if not settings.is_entrypoint and not settings.internal_token:
             raise ValueError(
                 f"chainlet {spec.name} is internal (not the entrypoint) and needs the chain's token: "
@@ -230,6 +234,8 @@ class ChainletApp:
         if self._jobs is not None and self._jobs.handles(path):
             await self._jobs.serve(scope, receive, send)
             return
+        if self._routes is not None and await self._routes.serve(scope, receive, send):
+            return
         if method not in ("GET", "HEAD"):
             await send_json(send, 405, {"detail": f"use GET {path}"}, [(b"allow", b"GET")])
             return
@@ -288,6 +294,10 @@ class ChainletApp:
 
     def release_slot(self) -> None:
         self._capacity.release_slot()
+
+    @property
+    def capacity(self) -> Capacity:
+        return self._capacity
 
     async def _run_remote(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()

@@ -49,11 +49,10 @@ from chains.server.asgi import (
 from chains.server.credentials import Credentials
 from chains.streaming import shape_of
 from chains.streaming.forms import encode_sse
+from chains.wire import ASYNC_REQUEST, ASYNC_RUN_REMOTE
 
-__all__ = ["ASYNC_REQUEST", "ASYNC_RUN_REMOTE", "JobRoutes"]
+__all__ = ["JobRoutes"]
 
-ASYNC_RUN_REMOTE = "/async_run_remote"
-ASYNC_REQUEST = "/async_request"
 
 _JSON = b"application/json"
 _EVENT_HEADERS = [

@@ -8,6 +8,8 @@ from typing import Any
 
 from chains.endpoint import EndpointSpec
 from chains.model import ChainletSpec
+from chains.routes import routes_of
+from chains.server.openapi_routes import route_paths
 from chains.streaming import StreamKind
 from chains.wire import FRAMED_MEDIA_TYPE, HEALTHZ, JSON_MEDIA_TYPE, READYZ, RUN_REMOTE, SSE_MEDIA_TYPE
 
@@ -54,6 +56,7 @@ def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
         )
         responses["200"] = {"description": "the result", "content": {JSON_MEDIA_TYPE: {"schema": output}}}
     security: list[dict[str, list[str]]] = [{"bearer": []}] if not entrypoint else [{"bearer": []}, {}]
+    routes = route_paths(routes_of(spec.cls), components, security)  # @chains.route endpoints
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": f"chainlet {spec.name}", "version": "1", "description": endpoint.describe()},
@@ -81,6 +84,7 @@ def document(spec: ChainletSpec, *, entrypoint: bool) -> dict[str, Any]:
                     "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
                 }
             },
+            **routes,
         },
         "components": {
             "schemas": components,

@@ -31,6 +31,7 @@ import jinja2
 from chains.config import BasetenImage, Compute, CustomImage, RemoteConfig
 from chains.errors import ChainsUsageError
 from chains.model import Chain, ChainletSpec
+from chains.routes import refuse_routes
 from chains.server.openapi import example_arguments
 from chains.targets.files import export_code, header, is_ours, regenerate_command
 from chains.targets.k8s_manifests import cpu_quantity, memory_quantity
@@ -276,6 +277,7 @@ class TrussTarget:
     """Writes one Truss directory per chainlet."""
 
     def export(self, chain: Chain, source_file: Path, options: TrussOptions) -> list[Path]:
+        refuse_routes(chain, "the truss export")
         addresses = model_addresses(chain, options.model_urls)
         out_dir, generated = export_code(
             chain,

@@ -24,14 +24,14 @@ import pytest
 import yaml
 
 from chains.errors import ChainsUsageError
-from tests.exports.conftest import CHAINS, SECRET_VALUES, Export, all_text, export, tree_bytes
+from tests.exports.conftest import SECRET_VALUES, TRUSS_CHAINS, Export, all_text, export, tree_bytes
 from tests.exports.truss_env import truss_python
 
 
 @pytest.fixture(scope="session")
 def truss(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Export]:
     root = tmp_path_factory.mktemp("truss")
-    return {name: export("truss", path, root / name) for name, path in CHAINS.items()}
+    return {name: export("truss", path, root / name) for name, path in TRUSS_CHAINS.items()}
 
 
 @contextlib.contextmanager
@@ -107,13 +107,13 @@ def test_config_carries_resources_secrets_and_requirements(truss: dict[str, Expo
     assert "CHAINS_DEPENDENCY_URLS" not in config["environment_variables"]
 
 
-@pytest.mark.parametrize("name", sorted(CHAINS))
+@pytest.mark.parametrize("name", sorted(TRUSS_CHAINS))
 def test_no_secret_values_and_the_same_bytes_every_time(
     truss: dict[str, Export], tmp_path: Path, name: str
 ) -> None:
     text = all_text(truss[name].out)
     assert not any(value in text for value in SECRET_VALUES.values())
-    again = export("truss", CHAINS[name], tmp_path)
+    again = export("truss", TRUSS_CHAINS[name], tmp_path)
     assert tree_bytes(again.out) == tree_bytes(truss[name].out)
 
 
@@ -181,7 +181,7 @@ PREDICT = "https://model-ab12cd.api.baseten.co/environments/production/predict"
 
 
 def test_model_urls_wire_the_callers_to_the_gateway_with_the_api_key(tmp_path: Path) -> None:
-    exported = export("truss", CHAINS["streaming"], tmp_path, model_urls={"Generator": PREDICT})
+    exported = export("truss", TRUSS_CHAINS["streaming"], tmp_path, model_urls={"Generator": PREDICT})
     entry = yaml.safe_load((exported.out / "Entry" / "config.yaml").read_text())
     assert json.loads(entry["environment_variables"]["CHAINS_DEPENDENCY_URLS"]) == {
         "Generator": {
@@ -214,7 +214,7 @@ def test_a_wrong_model_url_is_refused_naming_it(
     tmp_path: Path, model_urls: dict[str, str], message: str
 ) -> None:
     with pytest.raises(ChainsUsageError, match=message):
-        export("truss", CHAINS["streaming"], tmp_path, model_urls=model_urls)
+        export("truss", TRUSS_CHAINS["streaming"], tmp_path, model_urls=model_urls)
 
 
 # -- truss itself ---------------------------------------------------------------------------------

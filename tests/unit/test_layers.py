@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
             "chains.stubs",
             "chains.client",
             "chains.local",
+            "chains.local_routes",
             "chains.loader",
             "codegen",
             "chains.graph",
@@ -49,6 +50,8 @@ LAYERS: dict[str, int] = {
             "chains.await_check",
             "chains.model",
             "chains.endpoint",
+            "chains.routes",
+            "chains.openai",
             "chains.codec",
         ],
         3,
@@ -86,6 +89,7 @@ LAYERS: dict[str, int] = {
         1,
     ),
 }
+
 
 def _modules() -> dict[str, Path]:
     found = {}
