@@ -56,6 +56,7 @@ from chains.server.error_response import send_error
 from chains.server.negotiation import negotiate
 from chains.server.refusal import RETRY_SOON, Refusal
 from chains.server.request import Request, StreamCount
+from chains.server.request_log import RequestLog
 from chains.server.settings import ServerSettings
 from chains.server.streaming_response import StreamAborted, send_stream
 from chains.server.websocket import Conversations, serve_websocket
@@ -110,6 +111,8 @@ class ChainletApp:
         self._public_errors = settings.is_entrypoint and not settings.shows_tracebacks
         self._build_task: asyncio.Task[None] | None = None
         self._tracing: Tracing | None = None  # the process's, once started; None: no spans at all
+        # One line per call, written by a thread of its own (CHAINS_REQUEST_LOG=0: none).
+        self._request_log = RequestLog(spec.name) if settings.request_log else None
         # Web pages (CORS, EventSource, the JS client): entrypoints only, see chains/server/browser.py.
         self._browser: BrowserRoutes | None = None
         if settings.is_entrypoint:
@@ -144,6 +147,8 @@ class ChainletApp:
             self.started.set()
 
     async def shutdown(self) -> None:
+        if self._request_log is not None:
+            self._request_log.close()
         if self._on_shutdown is not None:
             await self._on_shutdown()
         if self._capacity.batcher is not None:
@@ -287,8 +292,8 @@ class ChainletApp:
         return self._serve_call(request)
 
     def _log_request(self, request: Request, status: int) -> None:
-        if self.settings.request_log:
-            request.log(self.spec.name, status)
+        if self._request_log is not None:
+            request.log(self._request_log, status)
 
     async def _serve_call(self, request: Request) -> int:
         try:
