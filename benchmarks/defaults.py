@@ -74,7 +74,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     report.add_load_arguments(parser, duration=3.0, rounds=3)
     parser.set_defaults(connections="64")
     parser.add_argument("--client-seconds", type=float, default=3.0, help="seconds per client run")
-    parser.add_argument("--smoke", action="store_true", help="one short round of everything; fail on errors only")
+    parser.add_argument(
+        "--smoke", action="store_true", help="one short round of everything; fail on errors only"
+    )
     return parser.parse_args(argv)
 
 
@@ -147,14 +149,20 @@ async def _closed_loop(call: Call, callers: int, seconds: float) -> tuple[int, i
     return counts[0], counts[1], time.perf_counter() - started
 
 
-async def measure_async_clients(url: str, port: int, seconds: float, rounds: int) -> dict[str, list[ClientRun]]:
+async def measure_async_clients(
+    url: str, port: int, seconds: float, rounds: int
+) -> dict[str, list[ClientRun]]:
     """chains' AsyncClient, plain aiohttp and plain httpx, 64 concurrent callers each, interleaved."""
     arguments = json.loads(BODY)
-    expected = json.dumps({"text": arguments["prompt"], "tokens": arguments["max_tokens"]}, separators=(",", ":"))
+    expected = json.dumps(
+        {"text": arguments["prompt"], "tokens": arguments["max_tokens"]}, separators=(",", ":")
+    )
     target = url + "/run_remote"
     headers = {"content-type": "application/json"}
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CALLERS))
-    plain_httpx = httpx.AsyncClient(limits=httpx.Limits(max_connections=CALLERS, max_keepalive_connections=CALLERS))
+    plain_httpx = httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=CALLERS, max_keepalive_connections=CALLERS)
+    )
     chains_client = AsyncClient(url)
 
     async def with_aiohttp() -> None:
@@ -288,7 +296,9 @@ def checks(
     out = []
 
     def ratio(name: str, base: str, target: float) -> None:
-        out.append(report.Check(f"{name} rps / {base}", at[name].rps / at[base].rps, target, at_least=True, unit="x"))
+        out.append(
+            report.Check(f"{name} rps / {base}", at[name].rps / at[base].rps, target, at_least=True, unit="x")
+        )
 
     ratio(ECHO_DEFAULTS, FLOOR, 0.8)
     ratio(ECHO_OFF, FLOOR, 1.0)
@@ -301,7 +311,9 @@ def checks(
     # Keep-alive: at most one connection per concurrent caller, over every round.
     # Keep-alive: the warm-up opened the connections, every measured round reuses them.
     churn = clients["chains.AsyncClient"]["new_connections"] + clients["chains.Client"]["new_connections"]
-    out.append(report.Check("connections opened by chains' clients after the warm-up", churn, 0, at_least=False))
+    out.append(
+        report.Check("connections opened by chains' clients after the warm-up", churn, 0, at_least=False)
+    )
     items = statistics.median(r["items_per_s"] for r in stream)
     out.append(report.Check("stream items/s through one hop", items, 250_000, at_least=True))
     first = statistics.median(r["first_item_ms"] for r in stream)
@@ -352,18 +364,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             back = stack.enter_context(serve_chainlet(back_dir, entrypoint=False, token=token, env=variant))
             front = stack.enter_context(
                 serve_chainlet(
-                    front_dir, entrypoint=True, token=token, env=variant, dependency_urls={"Back": [back.base_url]}
+                    front_dir,
+                    entrypoint=True,
+                    token=token,
+                    env=variant,
+                    dependency_urls={"Back": [back.base_url]},
                 )
             )
             endpoints.append(
-                harness.Endpoint(name, front.url("/run_remote"), BODY, pids=(front.process.pid, back.process.pid))
+                harness.Endpoint(
+                    name, front.url("/run_remote"), BODY, pids=(front.process.pid, back.process.pid)
+                )
             )
         answers = {e.name: e.probe()[1] for e in endpoints}
         if len(set(answers.values())) != 1:
             raise RuntimeError(f"the targets answer differently: {answers}")
-        summaries = harness.measure_interleaved(
-            endpoints, loads, rounds=args.rounds, warmup_s=1.0
-        )
+        summaries = harness.measure_interleaved(endpoints, loads, rounds=args.rounds, warmup_s=1.0)
         print(report.summary_table(summaries, BASELINE))
         # The request log really was written, and the traces really stored: else the comparison is void.
         if "Echo 200" not in echo_on.log_text():
@@ -374,7 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         clients = uvloop.run(
             measure_async_clients(echo_off.base_url, echo_off.port, args.client_seconds, args.rounds)
         )
-        clients.update(measure_sync_clients(echo_off.base_url, echo_off.port, args.client_seconds, args.rounds))
+        clients.update(
+            measure_sync_clients(echo_off.base_url, echo_off.port, args.client_seconds, args.rounds)
+        )
         client_figures = client_summary(clients)
         for name, figures in client_figures.items():
             print(

@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
             "chains.server",
             "chains.stubs",
             "chains.client",
+            "chains.client_http",
             "chains.local",
             "chains.loader",
             "codegen",
@@ -63,6 +64,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(
         [
             "chains.errors",
+            "chains.call_policy",
             "chains.wire",
             "chains.metrics",
             "chains.tls",
