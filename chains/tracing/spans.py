@@ -28,6 +28,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from chains.call_context import CallContext
@@ -94,6 +95,9 @@ class Tracing:
         self._tracer = provider.get_tracer("chains")
         # Where server spans go (plain records, see chains.tracing.records); None: nowhere.
         self._sink = sink
+        # A sampler other than the default (every trace, or as the caller says) is asked about
+        # each server span, as the SDK would: OTEL_TRACES_SAMPLER names it.
+        self._sampler = provider.sampler if os.environ.get("OTEL_TRACES_SAMPLER") else None
 
     @classmethod
     def from_settings(cls, service: str, chain: str, settings: Any) -> Tracing:
@@ -204,15 +208,17 @@ class Tracing:
         caller = trace.get_current_span(parent).get_span_context()
         span_id = _random.getrandbits(64) or 1
         if caller.is_valid:
-            context = SpanContext(caller.trace_id, span_id, False, caller.trace_flags, caller.trace_state)
-            if not caller.trace_flags.sampled:  # as the SDK's default sampler: the caller decides
-                return NonRecordingSpan(context)
-            parent_context: SpanContext | None = caller
+            trace_id, state, parent_context = caller.trace_id, caller.trace_state, caller
+            sampled = caller.trace_flags.sampled  # as the SDK's default sampler: the caller decides
         else:
             trace_id = _trace_id_of(call.request_id) or _random.getrandbits(128) or 1
-            context = SpanContext(trace_id, span_id, False, TraceFlags(TraceFlags.SAMPLED))
-            parent_context = None
-        if self._sink is None:
+            state, parent_context, sampled = None, None, True
+        if self._sampler is not None:
+            decision = self._sampler.should_sample(parent, trace_id, name, SpanKind.SERVER, attributes)
+            sampled = decision.decision is Decision.RECORD_AND_SAMPLE
+        flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+        context = SpanContext(trace_id, span_id, False, flags, state)
+        if not sampled or self._sink is None:
             return NonRecordingSpan(context)
         return ServerSpan(self._sink, name, context, parent_context, attributes)
 

@@ -214,3 +214,17 @@ def test_a_caller_that_samples_a_trace_out_gets_no_server_span() -> None:
         span.end()
     (exported,) = ours.get_finished_spans()
     assert exported.parent is not None and f"{exported.parent.span_id:016x}" == parent
+
+
+def test_otel_traces_sampler_decides_for_server_spans(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry import context
+
+    from chains.call_context import CallContext
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+    ours = InMemorySpanExporter()
+    traced = Tracing.with_exporter(ours, "Caller")
+    for n in range(2000):  # not hex: each a random trace id
+        traced._server_span("Caller.run_remote", CallContext(f"call-{n}"), context.Context()).end()
+    assert 300 < len(ours.get_finished_spans()) < 700
