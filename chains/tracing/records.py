@@ -40,7 +40,8 @@ _STATUS_NAMES = {StatusCode.ERROR: "error", StatusCode.OK: "ok", StatusCode.UNSE
 
 
 class ServerSpan(trace.Span):
-    """A recording span kept as plain data until :class:`SpanSink`'s thread converts it."""
+    """A recording span kept as plain data until :class:`SpanSink`'s thread converts it: a
+    call's server span, or a stub's attempt (``kind`` CLIENT)."""
 
     __slots__ = (
         "_ended",
@@ -183,7 +184,8 @@ class SpanSink:
 
     With ``delay_s`` a daemon thread takes what has ended every ``delay_s`` seconds (the request
     path only appends to a list); with ``delay_s=None`` each span is handed on as it ends (tests,
-    embedding). What is still waiting is handed on by :meth:`flush`, also at exit.
+    embedding). What is still waiting is handed on by :meth:`flush`, also at exit. With
+    ``keep``, the store is given the spans of at most the newest ``keep`` traces of each batch.
 
     >>> sink = SpanSink(Resource.create({"service.name": "Greeter"}), [], None, delay_s=None)
     """
@@ -195,11 +197,13 @@ class SpanSink:
         write_records: Callable[[list[SpanRecord]], object] | None,
         *,
         delay_s: float | None = 0.2,
+        keep: int | None = None,
     ) -> None:
         self._resource = resource
         self._service = str(resource.attributes.get("service.name", ""))
         self._processors = tuple(processors)
         self._write_records = write_records
+        self._keep = keep
         self._pending: list[ServerSpan] = []
         self._lock = threading.Lock()  # one hand-over at a time: the thread's, or a flush's
         self._delay_s = delay_s
@@ -248,10 +252,29 @@ class SpanSink:
         if not spans:
             return
         if self._write_records is not None:
-            self._write_records([span.record(self._service) for span in spans])
+            self._write_records([span.record(self._service) for span in self._newest(spans)])
         for processor in self._processors:
             for span in spans:
                 processor.on_end(span.readable(self._resource))
+
+    def _newest(self, spans: list[ServerSpan]) -> list[ServerSpan]:
+        """The spans of the newest ``keep`` traces of ``spans``: the store keeps no more traces
+        than that, so under load the older ones of a batch would be written only to be deleted
+        (the store's own pruning, kept by recency, is what decides; this only saves it work)."""
+        keep = self._keep
+        if keep is None or len(spans) <= keep:
+            return spans
+        traces: set[int] = set()
+        newest = []
+        for span in reversed(spans):
+            trace_id = span.context.trace_id
+            if trace_id not in traces:
+                if len(traces) == keep:
+                    continue
+                traces.add(trace_id)
+            newest.append(span)
+        newest.reverse()
+        return newest
 
 
 def _flush_at_exit(sink: weakref.ref[SpanSink]) -> None:

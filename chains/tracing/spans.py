@@ -120,7 +120,9 @@ class Tracing:
             otlp = BatchSpanProcessor(_otlp_exporter())
             provider.add_span_processor(otlp)
             processors.append(otlp)
-        sink = SpanSink(provider.resource, processors, write_records, delay_s=_STORE_DELAY_MS / 1e3 / 2)
+        sink = SpanSink(
+            provider.resource, processors, write_records, delay_s=_STORE_DELAY_MS / 1e3, keep=settings.keep
+        )
         return cls(provider, chain, sink)
 
     @classmethod
@@ -205,22 +207,35 @@ class Tracing:
         remaining = call.remaining()
         if remaining is not None:
             attributes[DEADLINE_LEFT_MS] = round(remaining * 1e3, 3)
+        return self._plain_span(name, SpanKind.SERVER, attributes, parent, _trace_id_of(call.request_id))
+
+    def _plain_span(
+        self,
+        name: str,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        parent: otel_context.Context | None,
+        trace_id_wanted: int = 0,
+    ) -> trace.Span:
+        """A span recorded as a plain record (chains.tracing.records), the child of the span in
+        ``parent`` (None: the current context); without one, the root of a trace whose id is
+        ``trace_id_wanted`` (0: random). Sampled as the SDK would."""
         caller = trace.get_current_span(parent).get_span_context()
         span_id = _random.getrandbits(64) or 1
         if caller.is_valid:
             trace_id, state, parent_context = caller.trace_id, caller.trace_state, caller
             sampled = caller.trace_flags.sampled  # as the SDK's default sampler: the caller decides
         else:
-            trace_id = _trace_id_of(call.request_id) or _random.getrandbits(128) or 1
+            trace_id = trace_id_wanted or _random.getrandbits(128) or 1
             state, parent_context, sampled = None, None, True
         if self._sampler is not None:
-            decision = self._sampler.should_sample(parent, trace_id, name, SpanKind.SERVER, attributes)
+            decision = self._sampler.should_sample(parent, trace_id, name, kind, attributes)
             sampled = decision.decision is Decision.RECORD_AND_SAMPLE
         flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
         context = SpanContext(trace_id, span_id, False, flags, state)
         if not sampled or self._sink is None:
             return NonRecordingSpan(context)
-        return ServerSpan(self._sink, name, context, parent_context, attributes)
+        return ServerSpan(self._sink, name, context, parent_context, attributes, kind)
 
     def conversation(self, chainlet: str, call: CallContext, headers: Mapping[str, str]) -> Conversation:
         """The server span of one WebSocket conversation; enter it around ``run_remote``, so the
@@ -316,8 +331,7 @@ class Tracing:
         remaining = call.remaining()
         if remaining is not None:
             attributes[DEADLINE_LEFT_MS] = round(remaining * 1e3, 3)
-        span = self._tracer.start_span(f"call {dependency}", kind=SpanKind.CLIENT, attributes=attributes)
-        return ClientAttempt(span)
+        return ClientAttempt(self._plain_span(f"call {dependency}", SpanKind.CLIENT, attributes, None))
 
     @staticmethod
     def inject(headers: dict[str, str]) -> None:
