@@ -12,7 +12,9 @@ Failures before a response, and 429/502/503/504, are retried with exponential ba
 jitter, on a replica the call has not tried yet first; a stream only until it starts. What
 is retried, how long to wait and what an answer means are :mod:`chains.call_policy`'s, which
 the WebSocket dial and ``chains.client`` share; the async and the sync loop here only differ
-in how they sleep.
+in how they sleep. (They replaced tenacity: with the decisions shared, each loop is a few
+lines, where tenacity needed an async and a sync copy of its setup, and a trick to skip its
+machinery, about 70 µs a call, on the first attempt.)
 """
 
 from __future__ import annotations
