@@ -7,7 +7,9 @@ required HTTP client, when it cannot (``pip install aiohttp`` is the fast path: 
 docs/clients.md). The synchronous client stays on httpx, which is at the floor there.
 
 Both only move bytes: a timeout raises ``TimeoutError``, a connection that fails or breaks
-:class:`Unreachable`; what an answer means is :mod:`chains.client`'s.
+before the answer :class:`Unreachable` (one that breaks during a streamed body raises the HTTP
+client's own error, which the frame reader reports as an interrupted stream); what an answer
+means is :mod:`chains.client`'s.
 """
 
 from __future__ import annotations
@@ -127,13 +129,13 @@ class _AiohttpAnswer:
     async def chunks(self) -> AsyncIterator[bytes]:
         import aiohttp
 
+        # A connection cut mid-body stays aiohttp's own error: the frame reader knows it as a
+        # stream that broke off (chains.streaming), as it knows httpx's.
         try:
             async for chunk in self._response.content.iter_any():
                 yield chunk
-        except (aiohttp.ClientError, ConnectionError) as exc:
-            if isinstance(exc, aiohttp.ServerTimeoutError):
-                raise TimeoutError(str(exc)) from exc
-            raise Unreachable(f"{type(exc).__name__}: {exc}") from exc
+        except aiohttp.ServerTimeoutError as exc:
+            raise TimeoutError(str(exc)) from exc
 
     async def aclose(self) -> None:
         # Read to its end, the connection goes back to the pool; left early, it is closed, so
