@@ -36,12 +36,12 @@ import httpx
 import pydantic
 import pydantic_core
 
+from chains.call_policy import answer_error
+from chains.client_http import Answer, AsyncHTTP, Unreachable, async_http
 from chains.errors import (
     ChainsRuntimeError,
     DeadlineExceeded,
     DependencyUnavailable,
-    ErrorDetail,
-    RemoteError,
     StreamProtocolError,
 )
 from chains.streaming.frame_reader import FrameReader
@@ -63,7 +63,7 @@ T = TypeVar("T")
 ItemT = TypeVar("ItemT")
 HeaderT = TypeVar("HeaderT")
 FooterT = TypeVar("FooterT")
-_HttpT = TypeVar("_HttpT", httpx.Client, httpx.AsyncClient)
+_HttpT = TypeVar("_HttpT", httpx.Client, AsyncHTTP)
 
 
 class _BaseClient(Generic[_HttpT]):
@@ -85,50 +85,54 @@ class _BaseClient(Generic[_HttpT]):
         self._headers = {"content-type": JSON_MEDIA_TYPE, **(headers or {})}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
-        self._http: _HttpT = self._open(httpx.Timeout(timeout, connect=min(timeout or 10.0, 10.0)))
+        self._run_url = self.url + RUN_REMOTE
+        self._name = "the chain's entrypoint"  # what errors call it: "... at URL answered 503"
+        self._http: _HttpT = self._open(timeout)
 
-    def _open(self, timeout: httpx.Timeout) -> _HttpT:
+    def _open(self, timeout: float | None) -> _HttpT:
         raise NotImplementedError
 
-    def _request(self, accept: str, arguments: dict[str, Any]) -> httpx.Request:
+    @staticmethod
+    def _body(arguments: dict[str, Any]) -> bytes:
         # The wire's JSON: bytes as base64, models by alias (what the server validates against).
-        body = pydantic_core.to_json(arguments, by_alias=True, bytes_mode="base64")
-        headers = {**self._headers, "accept": accept}
-        return self._http.build_request("POST", self.url + RUN_REMOTE, content=body, headers=headers)
+        return pydantic_core.to_json(arguments, by_alias=True, bytes_mode="base64")
+
+    def _headers_for(self, accept: str) -> dict[str, str]:
+        return {**self._headers, "accept": accept}
 
     @contextmanager
     def _sending(self) -> Iterator[None]:
         """Raise a failure to reach the entrypoint as the chain's own error for it."""
         try:
             yield
-        except httpx.TimeoutException as exc:
+        except (httpx.TimeoutException, TimeoutError) as exc:
             raise self._late() from exc
-        except httpx.TransportError as exc:
+        except (httpx.TransportError, Unreachable) as exc:
             raise DependencyUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
 
-    def _result(self, output_type: Any, response: httpx.Response) -> Any:
-        if response.status_code != 200:
-            raise _failure(self.url, response.status_code, response.content, response.headers)
-        kind = response.headers.get("content-type", "")
+    def _result(self, output_type: Any, status: int, headers: Mapping[str, str], content: bytes) -> Any:
+        if status != 200:
+            raise answer_error(self._name, self.url, status, content, headers)
+        kind = headers.get("content-type", "")
         if not kind.startswith(JSON_MEDIA_TYPE):
             raise ChainsRuntimeError(
                 f"{self.url} answered {kind or 'no content type'}, not a JSON result: the entrypoint "
                 "streams; read it with .stream(...)"
             )
         if output_type is None:
-            return json.loads(response.content)
+            return json.loads(content)
         try:
-            return wire_adapter(output_type).validate_json(response.content)
+            return wire_adapter(output_type).validate_json(content)
         except pydantic.ValidationError as exc:
             raise ChainsRuntimeError(
                 f"{self.url} answered with a result that is not a {_name(output_type)}: {exc}"
             ) from None
 
-    def _check_stream(self, response: httpx.Response, body: bytes) -> None:
+    def _check_stream(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
         """Raise for an answer that is not a framed stream (``body``: what was read of it)."""
-        if response.status_code != 200:
-            raise _failure(self.url, response.status_code, body, response.headers)
-        kind = response.headers.get("content-type", "")
+        if status != 200:
+            raise answer_error(self._name, self.url, status, body, headers)
+        kind = headers.get("content-type", "")
         if not kind.startswith(FRAMED_MEDIA_TYPE):
             raise StreamProtocolError(
                 f"{self.url} answered {kind or 'no content type'}, not a chains stream: the entrypoint "
@@ -147,49 +151,6 @@ def _shape(of: Any) -> StreamShape:
 
 def _name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or repr(tp)
-
-
-def _failure(url: str, status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
-    """The exception for a non-200 answer of the entrypoint."""
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        payload = None
-    retry_after = _seconds(headers.get("retry-after", ""))
-    if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
-        try:
-            remote = RemoteError.from_detail(ErrorDetail.model_validate(payload["error"]))
-        except pydantic.ValidationError:
-            pass
-        else:
-            if isinstance(remote, DependencyUnavailable):  # an overloaded chain's 503
-                remote.retry_after = retry_after
-            return remote
-    detail = payload.get("detail") if isinstance(payload, dict) else None
-    if status == 422 and isinstance(detail, list):
-        fields = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ())) or '(body)'}: {e.get('msg', 'invalid')}"
-            for e in detail
-            if isinstance(e, dict)
-        )
-        message = f"invalid arguments for {url}: {fields}"
-        return RemoteError.from_detail(
-            ErrorDetail(exc_type="ValueError", exc_module="builtins", message=message)
-        )
-    reason = detail if detail is not None else body[:300].decode("utf-8", "replace")
-    if status in (429, 502, 503):
-        error = DependencyUnavailable(f"{url} answered {status}: {reason}")
-        error.retry_after = retry_after
-        return error
-    if status == 504:
-        return DeadlineExceeded(f"{url} answered 504: {reason}")
-    if status == 401:
-        return ChainsRuntimeError(f"{url} refused the call (401 {reason}): pass the chain's api_key")
-    return ChainsRuntimeError(f"{url} answered {status}: {reason}")
-
-
-def _seconds(value: str) -> float | None:
-    return float(value) if value.replace(".", "", 1).isdigit() else None
 
 
 def _drive(step: Awaitable[T]) -> T:
@@ -299,8 +260,13 @@ class Client(_BaseClient[httpx.Client]):
             print(client.call(list[str], names=["Ada"]))
     """
 
-    def _open(self, timeout: httpx.Timeout) -> httpx.Client:
-        return httpx.Client(timeout=timeout)
+    def _open(self, timeout: float | None) -> httpx.Client:
+        return httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout or 10.0, 10.0)))
+
+    def _request(self, accept: str, arguments: dict[str, Any]) -> httpx.Request:
+        return self._http.build_request(
+            "POST", self._run_url, content=self._body(arguments), headers=self._headers_for(accept)
+        )
 
     @overload
     def call(self, output_type: type[T], /, **arguments: Any) -> T: ...
@@ -311,7 +277,7 @@ class Client(_BaseClient[httpx.Client]):
         (a model, ``list[str]``, ...), or the plain JSON value when it is None."""
         with self._sending():
             response = self._http.send(self._request(JSON_MEDIA_TYPE, arguments))
-        return self._result(output_type, response)
+        return self._result(output_type, response.status_code, response.headers, response.content)
 
     @overload
     def stream(
@@ -329,7 +295,8 @@ class Client(_BaseClient[httpx.Client]):
         with self._sending():
             response = self._http.send(self._request(FRAMED_MEDIA_TYPE, arguments), stream=True)
         try:
-            self._check_stream(response, response.read() if response.status_code != 200 else b"")
+            status = response.status_code
+            self._check_stream(status, response.headers, response.read() if status != 200 else b"")
         except BaseException:
             response.close()
             raise
@@ -349,7 +316,7 @@ class Client(_BaseClient[httpx.Client]):
         self.close()
 
 
-class AsyncClient(_BaseClient[httpx.AsyncClient]):
+class AsyncClient(_BaseClient[AsyncHTTP]):
     """The asyncio client of one chain's entrypoint; see :class:`Client`::
 
     async with AsyncClient(url) as client:
@@ -359,8 +326,8 @@ class AsyncClient(_BaseClient[httpx.AsyncClient]):
         started = await reader.read_header()
     """
 
-    def _open(self, timeout: httpx.Timeout) -> httpx.AsyncClient:
-        return httpx.AsyncClient(timeout=timeout)
+    def _open(self, timeout: float | None) -> AsyncHTTP:
+        return async_http(timeout)  # aiohttp when installed: see chains.client_http
 
     @overload
     async def call(self, output_type: type[T], /, **arguments: Any) -> T: ...
@@ -369,8 +336,11 @@ class AsyncClient(_BaseClient[httpx.AsyncClient]):
     async def call(self, output_type: Any = None, /, **arguments: Any) -> Any:
         """Call a unary entrypoint; see :meth:`Client.call`."""
         with self._sending():
-            response = await self._http.send(self._request(JSON_MEDIA_TYPE, arguments))
-        return self._result(output_type, response)
+            answer = await self._http.post(
+                self._run_url, self._body(arguments), self._headers_for(JSON_MEDIA_TYPE), stream=False
+            )
+            content = await answer.read()
+        return self._result(output_type, answer.status, answer.headers, content)
 
     @overload
     async def stream(
@@ -395,13 +365,17 @@ class AsyncClient(_BaseClient[httpx.AsyncClient]):
         the reader ``chains.stream_reader`` makes (``read_header``, ``read_items``,
         ``read_footer``), for anything else an async generator of the items."""
         with self._sending():
-            response = await self._http.send(self._request(FRAMED_MEDIA_TYPE, arguments), stream=True)
-        try:
-            self._check_stream(response, await response.aread() if response.status_code != 200 else b"")
-        except BaseException:
-            await response.aclose()
-            raise
-        source = _AsyncBody(response, self)
+            answer = await self._http.post(
+                self._run_url, self._body(arguments), self._headers_for(FRAMED_MEDIA_TYPE), stream=True
+            )
+            try:
+                self._check_stream(
+                    answer.status, answer.headers, await answer.read() if answer.status != 200 else b""
+                )
+            except BaseException:
+                await answer.aclose()
+                raise
+        source = _AsyncBody(answer, self)
         if isinstance(of, StreamTypes):
             return stream_reader(of, source)
         return _items(FrameReader(_shape(of).wire, source))
@@ -442,9 +416,9 @@ class _Body:
 class _AsyncBody:
     """:class:`_Body` for :class:`AsyncClient`; ``aclose`` (the reader's) releases the connection."""
 
-    def __init__(self, response: httpx.Response, client: _BaseClient[Any]) -> None:
-        self._response = response
-        self._chunks = response.aiter_bytes()
+    def __init__(self, answer: Answer, client: _BaseClient[Any]) -> None:
+        self._answer = answer
+        self._chunks = answer.chunks()
         self._client = client
 
     def __aiter__(self) -> _AsyncBody:
@@ -453,11 +427,11 @@ class _AsyncBody:
     async def __anext__(self) -> bytes:
         try:
             return await anext(self._chunks)
-        except httpx.TimeoutException as exc:
+        except TimeoutError as exc:
             raise self._client._late() from exc
 
     async def aclose(self) -> None:
-        await self._response.aclose()
+        await self._answer.aclose()
 
 
 async def _items(reader: FrameReader) -> AsyncGenerator[Any, None]:

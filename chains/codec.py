@@ -17,6 +17,7 @@ import msgpack
 import pydantic
 import pydantic_core
 
+from chains import call_policy
 from chains.endpoint import EndpointSpec, field_name
 from chains.errors import ErrorDetail, RemoteError
 from chains.wire import BINARY_CONTEXT, BINARY_MEDIA_TYPE
@@ -211,9 +212,4 @@ def invalid_arguments(spec: EndpointSpec, exc: pydantic.ValidationError) -> Remo
 
 
 def invalid_arguments_detail(chainlet: str, errors: list[Any]) -> ErrorDetail:
-    lines = []
-    for error in errors:
-        location = ".".join(str(part) for part in error.get("loc", ())) or "(body)"
-        lines.append(f"{location}: {error.get('msg', 'invalid')}")
-    message = f"invalid arguments for {chainlet}.run_remote: " + "; ".join(lines)
-    return ErrorDetail(exc_type="ValueError", exc_module="builtins", message=message, chainlet=chainlet)
+    return call_policy.invalid_arguments(chainlet, errors)  # the one mapping every caller shares

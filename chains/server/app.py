@@ -57,6 +57,7 @@ from chains.server.error_response import send_error
 from chains.server.negotiation import negotiate
 from chains.server.refusal import RETRY_SOON, Refusal
 from chains.server.request import Request, StreamCount
+from chains.server.request_log import RequestLog
 from chains.server.routes import RouteServer
 from chains.server.settings import ServerSettings
 from chains.server.streaming_response import StreamAborted, send_stream
@@ -113,6 +114,8 @@ class ChainletApp:
         self._public_errors = settings.is_entrypoint and not settings.shows_tracebacks
         self._build_task: asyncio.Task[None] | None = None
         self._tracing: Tracing | None = None  # the process's, once started; None: no spans at all
+        # One line per call, written by a thread of its own (CHAINS_REQUEST_LOG=0: none).
+        self._request_log = RequestLog(spec.name) if settings.request_log else None
         # Web pages (CORS, EventSource, the JS client): entrypoints only, see chains/server/browser.py.
         self._browser: BrowserRoutes | None = None
         if settings.is_entrypoint:
@@ -172,6 +175,8 @@ class ChainletApp:
     async def shutdown(self) -> None:
         if self._jobs is not None:
             await self._jobs.stop(self.settings.grace_sec)
+        if self._request_log is not None:
+            self._request_log.close()
         if self._on_shutdown is not None:
             await self._on_shutdown()
         if self._capacity.batcher is not None:
@@ -313,11 +318,11 @@ class ChainletApp:
                     self.spec.name, call, headers, receive, send, functools.partial(self._traced, request)
                 )
         except StreamAborted:
-            self._log_request(request, 200)
+            self.log_request(request, 200)
             raise
         elapsed = time.perf_counter() - started
         self.metrics.call_finished(status, elapsed)
-        self._log_request(request, status)
+        self.log_request(request, status)
 
     def _traced(self, request: Request, receive: Receive, send: Send) -> Awaitable[int]:
         # The span's counting receive and send take the place of the server's.
@@ -325,9 +330,9 @@ class ChainletApp:
         request.send = send
         return self._serve_call(request)
 
-    def _log_request(self, request: Request, status: int) -> None:
-        if self.settings.request_log:
-            request.log(self.spec.name, status)
+    def log_request(self, request: Request, status: int) -> None:
+        if self._request_log is not None:
+            request.log(self._request_log, status)
 
     async def _serve_call(self, request: Request) -> int:
         try:

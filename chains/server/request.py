@@ -1,18 +1,16 @@
-"""One call to ``POST /run_remote`` as the server handles it, and its line in the request log."""
+"""One call to ``POST /run_remote`` as the server handles it, and its line in the request log
+(:mod:`chains.server.request_log`)."""
 
 from __future__ import annotations
 
-import logging
 import time
 
 from chains.call_context import CallContext
 from chains.server.asgi import Receive, Send
+from chains.server.request_log import RequestLog
 from chains.wire import REQUEST_ID_HEADER
 
-__all__ = ["Request", "StreamCount", "request_log"]
-
-# One line per call, at INFO: ``Entry 200 12.3ms 8 items`` (CHAINS_REQUEST_LOG=0: none).
-request_log = logging.getLogger("chains.requests")
+__all__ = ["Request", "StreamCount"]
 
 _REQUEST_ID_HEADER = REQUEST_ID_HEADER.encode()
 
@@ -62,12 +60,10 @@ class Request:
         # What a streaming endpoint's call sent (None for a unary endpoint).
         self.stream = stream
 
-    def log(self, chainlet: str, status: int) -> None:
-        """Write the call's line to the request log."""
+    def log(self, to: RequestLog, status: int) -> None:
+        """Add the call's line to the request log ``to``."""
+        ended = time.time()
         elapsed_ms = (time.perf_counter() - self.started) * 1e3
-        streamed = ""
         stream = self.stream
-        if stream is not None and status == 200:
-            streamed = f" {stream.items} items" + (", then failed" if stream.failed else "")
-        extra = {"request_id": self.call.request_id}
-        request_log.info("%s %d %.1fms%s", chainlet, status, elapsed_ms, streamed, extra=extra)
+        items, failed = (stream.items, stream.failed) if stream is not None else (-1, False)
+        to.write(ended, status, elapsed_ms, self.call.request_id, items, failed)

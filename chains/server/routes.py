@@ -78,6 +78,8 @@ class RouteHost(Protocol):
     @property
     def capacity(self) -> Capacity: ...
 
+    def log_request(self, request: Request, status: int) -> None: ...
+
 
 class _Refused(Exception):
     def __init__(self, status: int, message: str, detail: Any = None, headers: tuple[Any, ...] = ()) -> None:
@@ -154,8 +156,7 @@ class RouteServer:
             raise
         finally:
             host.metrics.call_finished(status, time.perf_counter() - started)
-            if host.settings.request_log:
-                request.log(f"{host.spec.name}.{route.name}", status)
+            host.log_request(request, status)
 
     async def _serve(
         self, route: RouteSpec, request: Request, scope: Scope, path_params: dict[str, str], *, by_name: bool

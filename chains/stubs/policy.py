@@ -9,30 +9,39 @@ stubs of deployed models (``StubBase.from_url``) alike::
     result = await policy.unary("/run_remote", body, decode=json.loads, accept="application/json")
 
 Failures before a response, and 429/502/503/504, are retried with exponential backoff and
-jitter, on a replica the call has not tried yet first; a stream only until it starts.
+jitter, on a replica the call has not tried yet first; a stream only until it starts. What
+is retried, how long to wait and what an answer means are :mod:`chains.call_policy`'s, which
+the WebSocket dial and ``chains.client`` share; the async and the sync loop here only differ
+in how they sleep. (They replaced tenacity: with the decisions shared, each loop is a few
+lines, where tenacity needed an async and a sync copy of its setup, and a trick to skip its
+machinery, about 70 µs a call, on the first attempt.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import random
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pydantic
-import tenacity
 
-from chains import codec, tracing
+from chains import tracing
 from chains.call_context import CallContext, current_call, new_request_id
+from chains.call_policy import (
+    RETRY_STATUSES,
+    answer_error,
+    check_wait,
+    retry_after_seconds,
+    wait_before_retry,
+)
 from chains.errors import (
     ChainsRuntimeError,
     DeadlineExceeded,
     DependencyUnavailable,
-    ErrorDetail,
     RemoteError,
     StreamInterrupted,
 )
@@ -48,16 +57,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RETRY_STATUSES", "CallPolicy", "Decode", "DecodeStream"]
 
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
-_MAX_BACKOFF_SEC = 2.0
-_FIRST_BACKOFF_SEC = 0.05
-# 0.05 s doubling per retry, plus up to 0.05 s of jitter, capped at 2 s (the cap is applied to
-# the sum in _wait). Built from parts that every tenacity in the supported range has alike:
-# wait_exponential_jitter names its first wait `initial` up to 9.1 and deprecates that name
-# for `multiplier`, which older versions lack, from 9.2.
-_BACKOFF = tenacity.wait_exponential(
-    multiplier=_FIRST_BACKOFF_SEC, max=_MAX_BACKOFF_SEC
-) + tenacity.wait_random(0, _FIRST_BACKOFF_SEC)
 
 Decode = Callable[[bytes], Any]
 """A unary result from its body; a pydantic ``ValidationError`` means it broke the contract."""
@@ -248,7 +247,7 @@ class CallPolicy:
         _note_answer(response.status, len(response.body))
         if response.status == 200:
             return self._result(response.body, decode)
-        raise self._failure(response.status, response.body, response.headers.get("retry-after"), url)
+        raise self._failure(response.status, response.body, response.headers, url)
 
     async def _open_stream(
         self, tried: list[str], path: str, body: bytes, accept: str, call: CallContext
@@ -267,7 +266,7 @@ class CallPolicy:
         _note_answer(response.status)
         if response.status == 200 and response.stream is not None:
             return response.stream
-        raise self._failure(response.status, response.body, response.headers.get("retry-after"), url)
+        raise self._failure(response.status, response.body, response.headers, url)
 
     def _attempt_sync(
         self, tried: list[str], path: str, body: bytes, decode: Decode, accept: str, call: CallContext
@@ -310,41 +309,28 @@ class CallPolicy:
                 f"{self.name} answered with a result that does not match its signature: {exc}"
             ) from None
 
-    def _failure(self, status: int, payload: bytes, retry_after: str | None, url: str) -> Exception:
+    def _failure(self, status: int, payload: bytes, headers: Mapping[str, str], url: str) -> Exception:
         """The exception for a non-200 answer: retryable, or what the caller sees."""
         if status in RETRY_STATUSES:
+            retry_after = retry_after_seconds(headers.get("retry-after"))
             return _Retryable(
-                f"{self.name} at {url} answered {status}", retry_after=_seconds(retry_after), status=status
+                f"{self.name} at {url} answered {status}", retry_after=retry_after, status=status
             )
-        detail = _json_or_none(payload)
-        if status == 422 and isinstance(detail, dict) and isinstance(detail.get("detail"), list):
-            return RemoteError.from_detail(codec.invalid_arguments_detail(self.name, detail["detail"]))
-        # 500, or the status an HTTPException asked for: either way the callee's error detail.
-        if status >= 400 and isinstance(detail, dict) and isinstance(detail.get("error"), dict):
-            try:
-                error = ErrorDetail.model_validate(detail["error"])
-            except pydantic.ValidationError:
-                pass
-            else:
-                remote = RemoteError.from_detail(error)
-                if self.options.retry_user_errors and status == 500:
-                    raised = f"{self.name} at {url} raised {error.exc_type}"
-                    return _Retryable(raised, status=status, remote=remote)
-                return remote
-        reason = (
-            detail.get("detail") if isinstance(detail, dict) else payload[:200].decode("utf-8", "replace")
-        )
-        if status == 401:
+        error = answer_error(self.name, url, status, payload, headers, unauthorized=self._unauthorized())
+        # 500, or the status an HTTPException asked for: either way the callee's own error.
+        if self.options.retry_user_errors and status == 500 and isinstance(error, RemoteError):
+            exc_type = error.detail.exc_type if error.detail is not None else type(error).__name__
+            return _Retryable(f"{self.name} at {url} raised {exc_type}", status=status, remote=error)
+        return error
+
+    def _unauthorized(self) -> str:
+        """What a 401 means for this stub's credential."""
+        if self._is_chain_token:
+            return "the chain's token is wrong"
+        if self.authorization:
             named = f" ({self.credential})" if self.credential else ""
-            sent = (
-                "the chain's token is wrong"
-                if self._is_chain_token
-                else f"the credential it was sent is wrong{named}"
-                if self.authorization
-                else "it wants a credential and none was sent"
-            )
-            return ChainsRuntimeError(f"{self.name} at {url} refused the call (401 {reason}): {sent}")
-        return ChainsRuntimeError(f"{self.name} at {url} answered {status}: {reason}")
+            return f"the credential it was sent is wrong{named}"
+        return "it wants a credential and none was sent"
 
     def _gave_up(self, exc: _Retryable) -> Exception:
         if exc.remote is not None:
@@ -370,43 +356,40 @@ class CallPolicy:
         tried: list[str] = []
         if tracing.active() is not None:
             attempt = self._traced(call, attempt, path, size, opened)
-        # The first attempt runs on its own: most calls succeed at once, and tenacity's
-        # machinery costs about 70 µs a call, as much as the HTTP request itself (measured in
-        # benchmarks/README.md). Only a retryable failure brings tenacity in, which is handed
-        # that failure as its first attempt's outcome and goes on exactly as if it had made it.
-        try:
-            return await attempt(tried, *args)
-        except _Retryable as exc:
-            first_failure: list[_Retryable] = [exc]
-
-        async def attempts(*arguments: Any) -> Any:
-            if first_failure:
-                raise first_failure.pop()
-            return await attempt(*arguments)
-
-        retrying = tenacity.AsyncRetrying(sleep=self._sleep_within(call), **self._retry_policy(tried))
-        try:
-            return await retrying(attempts, tried, *args)
-        except _Retryable as exc:
-            raise self._gave_up(exc) from None
+        retry = 0
+        while True:
+            try:
+                return await attempt(tried, *args)
+            except _Retryable as exc:
+                retry += 1
+                seconds = self._after_failure(exc, retry, tried, call)
+            if seconds > 0:
+                await asyncio.sleep(seconds)
 
     def _with_retries_sync(self, call: CallContext, attempt: Callable[..., Any], *args: Any) -> Any:
         tried: list[str] = []
-        try:  # the first attempt on its own, as in _with_retries
-            return attempt(tried, *args)
-        except _Retryable as exc:
-            first_failure: list[_Retryable] = [exc]
+        retry = 0
+        while True:
+            try:
+                return attempt(tried, *args)
+            except _Retryable as exc:
+                retry += 1
+                seconds = self._after_failure(exc, retry, tried, call)
+            if seconds > 0:
+                time.sleep(seconds)
 
-        def attempts(*arguments: Any) -> Any:
-            if first_failure:
-                raise first_failure.pop()
-            return attempt(*arguments)
-
-        retrying = tenacity.Retrying(sleep=self._sleep_within_sync(call), **self._retry_policy(tried))
-        try:
-            return retrying(attempts, tried, *args)
-        except _Retryable as exc:
+    def _after_failure(self, exc: _Retryable, retry: int, tried: list[str], call: CallContext) -> float:
+        """What follows a retryable failure, for async and sync calls alike: the seconds to wait
+        before retry number ``retry``, or the exception that ends the call (retries used up, or
+        a wait that would end past the caller's deadline)."""
+        if retry > self.options.retries:
             raise self._gave_up(exc) from None
+        other_replica = len(set(tried)) < len(self.urls)
+        seconds = wait_before_retry(retry, retry_after=exc.retry_after, other_replica=other_replica)
+        check_wait(self.name, seconds, call.remaining())
+        if self.metrics is not None:
+            self.metrics.dependency_retried(self.name)
+        return seconds
 
     def _traced(
         self,
@@ -447,72 +430,9 @@ class CallPolicy:
 
         return traced
 
-    def _retry_policy(self, tried: list[str]) -> dict[str, Any]:
-        """What async and sync calls retry, how often and how long they wait in between."""
-        return {
-            "stop": tenacity.stop_after_attempt(self.options.retries + 1),
-            "wait": functools.partial(self._wait, tried=tried),
-            "retry": tenacity.retry_if_exception_type(_Retryable),
-            "before_sleep": self._count_retry,
-            "reraise": True,
-        }
-
-    def _wait(self, state: tenacity.RetryCallState, tried: list[str]) -> float:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        # Any retryable failure moves on to a replica this call has not tried yet, at once: a
-        # backoff or a Retry-After is about the replica that failed (down, restarting, busy),
-        # not about the others.
-        if isinstance(exc, _Retryable) and len(set(tried)) < len(self.urls):
-            return 0.0
-        backoff = min(float(_BACKOFF(state)), _MAX_BACKOFF_SEC)
-        if isinstance(exc, _Retryable) and exc.retry_after is not None:
-            return max(backoff, exc.retry_after)
-        return backoff
-
-    def _check_sleep(self, call: CallContext, seconds: float) -> None:
-        remaining = call.remaining()
-        if remaining is not None and seconds >= remaining:
-            raise DeadlineExceeded(
-                f"{self.name} did not answer in time: the next retry would start after the caller's deadline"
-            )
-
-    def _sleep_within(self, call: CallContext) -> Callable[[float], Awaitable[None]]:
-        async def sleep(seconds: float) -> None:
-            self._check_sleep(call, seconds)
-            await asyncio.sleep(seconds)
-
-        return sleep
-
-    def _sleep_within_sync(self, call: CallContext) -> Callable[[float], None]:
-        def sleep(seconds: float) -> None:
-            self._check_sleep(call, seconds)
-            time.sleep(seconds)
-
-        return sleep
-
-    def _count_retry(self, state: tenacity.RetryCallState) -> None:
-        if self.metrics is not None:
-            self.metrics.dependency_retried(self.name)
-
 
 def _note_answer(status: int, size: int | None = None) -> None:
     """Put the answer's status and size on the attempt's span, when tracing."""
     traced = tracing.active()
     if traced is not None:
         traced.current_attempt().answered(status, size)
-
-
-def _seconds(retry_after: str | None) -> float | None:
-    if not retry_after:
-        return None
-    try:
-        return max(float(retry_after), 0.0)
-    except ValueError:
-        return None  # an HTTP date: fall back to the backoff
-
-
-def _json_or_none(payload: bytes) -> Any:
-    try:
-        return pydantic.TypeAdapter(Any).validate_json(payload)
-    except pydantic.ValidationError:
-        return None

@@ -30,16 +30,22 @@ class StoreExporter(SpanExporter):
         self._warned = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        written = self.write_records([to_record(span) for span in spans])
+        return SpanExportResult.SUCCESS if written else SpanExportResult.FAILURE
+
+    def write_records(self, records: list[SpanRecord]) -> bool:
+        """Write spans already in the store's form (the server spans of
+        :mod:`chains.tracing.records`); False when they could not be written."""
         try:
-            self._writer.write([to_record(span) for span in spans])
+            self._writer.write(records)
         except Exception as exc:
             self._writer.close()  # a fresh connection next time, in case this one is broken
             # Tracing must never break serving: say so once, then keep serving.
             if not self._warned:
                 self._warned = True
                 logger.warning("cannot write spans to %s: %s: %s", self.path, type(exc).__name__, exc)
-            return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS
+            return False
+        return True
 
     def shutdown(self) -> None:
         self._writer.close()

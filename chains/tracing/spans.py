@@ -18,18 +18,21 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from chains.call_context import CallContext
+from chains.tracing.records import ServerSpan, SpanSink
 
 __all__ = ["BatchSpan", "ClientAttempt", "Conversation", "Tracing"]
 
@@ -61,6 +64,9 @@ CLOSE_CODE = "chains.websocket.close_code"
 BATCH_SIZE = "chains.batch.size"
 BATCH_WAIT_MS = "chains.batch.wait_ms"
 
+_EMPTY = otel_context.Context()
+_random = random.Random()
+
 _trace_id_wanted: contextvars.ContextVar[int] = contextvars.ContextVar("chains_trace_id", default=0)
 
 
@@ -83,10 +89,15 @@ def _trace_id_of(request_id: str) -> int:
 class Tracing:
     """Makes the spans of one process; see :func:`chains.tracing.configure`."""
 
-    def __init__(self, provider: TracerProvider, chain: str) -> None:
+    def __init__(self, provider: TracerProvider, chain: str, sink: SpanSink | None = None) -> None:
         self.provider = provider
         self.chain = chain
         self._tracer = provider.get_tracer("chains")
+        # Where server spans go (plain records, see chains.tracing.records); None: nowhere.
+        self._sink = sink
+        # A sampler other than the default (every trace, or as the caller says) is asked about
+        # each server span, as the SDK would: OTEL_TRACES_SAMPLER names it.
+        self._sampler = provider.sampler if os.environ.get("OTEL_TRACES_SAMPLER") else None
 
     @classmethod
     def from_settings(cls, service: str, chain: str, settings: Any) -> Tracing:
@@ -94,6 +105,8 @@ class Tracing:
         if os.environ.get("OTEL_SERVICE_NAME"):
             resource = Resource.create({"service.namespace": chain})  # the variable names the service
         provider = TracerProvider(resource=resource, id_generator=_RequestIdTraceIds())
+        processors: list[SpanProcessor] = []
+        write_records = None
         if settings.store is not None:
             from chains.tracing.export import StoreExporter
 
@@ -101,9 +114,16 @@ class Tracing:
             provider.add_span_processor(
                 BatchSpanProcessor(store_exporter, schedule_delay_millis=_STORE_DELAY_MS)
             )
+            # The server spans' own writer: a connection of its own, for a thread of its own.
+            write_records = StoreExporter(settings.store, keep=settings.keep).write_records
         if settings.otlp:
-            provider.add_span_processor(BatchSpanProcessor(_otlp_exporter()))
-        return cls(provider, chain)
+            otlp = BatchSpanProcessor(_otlp_exporter())
+            provider.add_span_processor(otlp)
+            processors.append(otlp)
+        sink = SpanSink(
+            provider.resource, processors, write_records, delay_s=_STORE_DELAY_MS / 1e3, keep=settings.keep
+        )
+        return cls(provider, chain, sink)
 
     @classmethod
     def with_exporter(cls, exporter: SpanExporter, service: str, chain: str = "chain") -> Tracing:
@@ -116,14 +136,17 @@ class Tracing:
 
         resource = Resource.create({"service.name": service, "service.namespace": chain})
         provider = TracerProvider(resource=resource, id_generator=_RequestIdTraceIds())
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        return cls(provider, chain)
+        processor = SimpleSpanProcessor(exporter)
+        provider.add_span_processor(processor)
+        return cls(provider, chain, SpanSink(provider.resource, [processor], None, delay_s=None))
 
     def set_global(self) -> None:
         trace.set_tracer_provider(self.provider)
 
     def shutdown(self) -> None:
         """Send the spans still waiting (at exit, OpenTelemetry does it by itself)."""
+        if self._sink is not None:
+            self._sink.close()
         self.provider.shutdown()
 
     # -- the server side -----------------------------------------------------------------------
@@ -137,21 +160,14 @@ class Tracing:
         send: Send,
         handler: Callable[[Receive, Send], Awaitable[int]],
     ) -> int:
-        """Run ``handler`` (which answers one call and returns its status) inside its server span."""
-        parent = propagate.extract(headers)
-        # The chain and the chainlet are the resource's service.namespace and service.name: each
-        # attribute costs the SDK a few microseconds per span.
-        attributes: dict[str, Any] = {REQUEST_ID: call.request_id}
-        remaining = call.remaining()
-        if remaining is not None:
-            attributes[DEADLINE_LEFT_MS] = round(remaining * 1e3, 3)
-        wanted = _trace_id_wanted.set(_trace_id_of(call.request_id))
-        try:
-            span = self._tracer.start_span(
-                f"{chainlet}.run_remote", context=parent, kind=SpanKind.SERVER, attributes=attributes
-            )
-        finally:
-            _trace_id_wanted.reset(wanted)
+        """Run ``handler`` (which answers one call and returns its status) inside its server span.
+
+        The span is a plain record (:class:`~chains.tracing.records.ServerSpan`), made here
+        instead of by the SDK: what it costs per call is in ``benchmarks/defaults.py``.
+        """
+        # Extracting costs a few microseconds: skipped when there is nothing to extract.
+        parent = propagate.extract(headers) if "traceparent" in headers or "baggage" in headers else _EMPTY
+        span = self._server_span(f"{chainlet}.run_remote", call, parent)
         received = 0
         sent = 0
         status = 0
@@ -183,6 +199,43 @@ class Tracing:
             if status >= 500 and span.is_recording() and not _has_error(span):
                 span.set_status(Status(StatusCode.ERROR, f"answered {status}"))
             span.end()
+
+    def _server_span(self, name: str, call: CallContext, parent: otel_context.Context) -> trace.Span:
+        """A server span of ``call``, the child of the span in ``parent`` if any; a trace of
+        its own otherwise, whose id is the request id when that is one (see the module)."""
+        attributes: dict[str, Any] = {REQUEST_ID: call.request_id}
+        remaining = call.remaining()
+        if remaining is not None:
+            attributes[DEADLINE_LEFT_MS] = round(remaining * 1e3, 3)
+        return self._plain_span(name, SpanKind.SERVER, attributes, parent, _trace_id_of(call.request_id))
+
+    def _plain_span(
+        self,
+        name: str,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        parent: otel_context.Context | None,
+        trace_id_wanted: int = 0,
+    ) -> trace.Span:
+        """A span recorded as a plain record (chains.tracing.records), the child of the span in
+        ``parent`` (None: the current context); without one, the root of a trace whose id is
+        ``trace_id_wanted`` (0: random). Sampled as the SDK would."""
+        caller = trace.get_current_span(parent).get_span_context()
+        span_id = _random.getrandbits(64) or 1
+        if caller.is_valid:
+            trace_id, state, parent_context = caller.trace_id, caller.trace_state, caller
+            sampled = caller.trace_flags.sampled  # as the SDK's default sampler: the caller decides
+        else:
+            trace_id = trace_id_wanted or _random.getrandbits(128) or 1
+            state, parent_context, sampled = None, None, True
+        if self._sampler is not None:
+            decision = self._sampler.should_sample(parent, trace_id, name, kind, attributes)
+            sampled = decision.decision is Decision.RECORD_AND_SAMPLE
+        flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+        context = SpanContext(trace_id, span_id, False, flags, state)
+        if not sampled or self._sink is None:
+            return NonRecordingSpan(context)
+        return ServerSpan(self._sink, name, context, parent_context, attributes, kind)
 
     def conversation(self, chainlet: str, call: CallContext, headers: Mapping[str, str]) -> Conversation:
         """The server span of one WebSocket conversation; enter it around ``run_remote``, so the
@@ -278,8 +331,7 @@ class Tracing:
         remaining = call.remaining()
         if remaining is not None:
             attributes[DEADLINE_LEFT_MS] = round(remaining * 1e3, 3)
-        span = self._tracer.start_span(f"call {dependency}", kind=SpanKind.CLIENT, attributes=attributes)
-        return ClientAttempt(span)
+        return ClientAttempt(self._plain_span(f"call {dependency}", SpanKind.CLIENT, attributes, None))
 
     @staticmethod
     def inject(headers: dict[str, str]) -> None:

@@ -33,6 +33,7 @@ import aiohttp
 
 from chains import tracing
 from chains.call_context import CallContext, current_call, new_request_id
+from chains.call_policy import RETRY_STATUSES, check_wait, retry_after_seconds, wait_before_retry
 from chains.errors import (
     ChainsRuntimeError,
     DeadlineExceeded,
@@ -48,9 +49,6 @@ from chains.websocket.wire import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, SUBPROTOCO
 
 __all__ = ["ClientSocket", "connect"]
 
-_RETRY_STATUSES = frozenset({429, 502, 503, 504})
-_FIRST_BACKOFF_SEC = 0.05
-_MAX_BACKOFF_SEC = 2.0
 _HEARTBEAT_SEC = 20.0
 _CLOSE_TIMEOUT_SEC = 1.0
 _CLEAN_CODES = frozenset({1000, 1001})
@@ -234,12 +232,14 @@ async def _open(dial: _Dial, call: CallContext) -> aiohttp.ClientWebSocketRespon
                 f"no time left to open a WebSocket to {name}: the caller's deadline has passed"
             )
         if attempt:
+            # The stubs' rule (chains.call_policy): another replica at once, else back off; never
+            # a wait that would end past the caller's deadline.
+            seconds = wait_before_retry(attempt, retry_after=retry_after, other_replica=attempt < len(urls))
+            check_wait(name, seconds, call.remaining())
             if metrics is not None:
                 metrics.dependency_retried(name)
-            backoff = min(_MAX_BACKOFF_SEC, _FIRST_BACKOFF_SEC * 2 ** (attempt - 1)) * (0.5 + random.random())
-            if len(urls) > 1 and attempt < len(urls):
-                backoff = 0.0  # another replica: no reason to wait
-            await asyncio.sleep(max(backoff, retry_after or 0.0))
+            if seconds > 0:
+                await asyncio.sleep(seconds)
         started = time.monotonic()
         try:
             async with asyncio.timeout(budget):
@@ -257,10 +257,10 @@ async def _open(dial: _Dial, call: CallContext) -> aiohttp.ClientWebSocketRespon
                 f"{name} did not open the WebSocket within {time.monotonic() - started:.3g}s ({url})"
             ) from None
         except aiohttp.WSServerHandshakeError as exc:
-            if exc.status not in _RETRY_STATUSES:
+            if exc.status not in RETRY_STATUSES:
                 raise ChainsRuntimeError(_refusal(name, url, exc)) from None
             failure = f"{name} at {url} answered {exc.status}"
-            retry_after = _seconds(exc.headers.get("retry-after") if exc.headers else None)
+            retry_after = retry_after_seconds(exc.headers.get("retry-after") if exc.headers else None)
         except (aiohttp.ClientError, ConnectionError) as exc:
             failure = f"{name} at {url}: {type(exc).__name__}: {exc}"
             retry_after = None
@@ -275,10 +275,3 @@ def _refusal(name: str, url: str, exc: aiohttp.WSServerHandshakeError) -> str:
     if exc.status in (404, 405):
         return f"{name} at {url} has no WebSocket endpoint ({exc.status}): is its run_remote one?"
     return f"{name} at {url} refused the WebSocket ({exc.status} {exc.message})"
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        return max(float(value), 0.0) if value else None
-    except ValueError:
-        return None

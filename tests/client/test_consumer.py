@@ -4,6 +4,8 @@ output read from pushed chains, sync and async, and a stream cut by a proxy."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,26 @@ def test_every_kind_read_sync_and_async_and_a_cut_is_interrupted(
     assert result.returncode == 0, result.stderr
     read: dict[str, Any] = json.loads(result.stdout)
     assert set(read["modules"]) <= ALLOWED
+    _check_every_kind(read)
+
+
+def test_with_aiohttp_installed_the_async_client_reads_every_kind_through_it(urls: dict[str, str]) -> None:
+    """The fast path (docs/clients.md): the same reads, in this environment, which has aiohttp."""
+    result = subprocess.run(
+        [sys.executable, str(HERE / "consume.py"), json.dumps(urls), KEY],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=HERE.parent,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    read: dict[str, Any] = json.loads(result.stdout)
+    assert "aiohttp" in read["modules"]  # the asynchronous half went through it
+    _check_every_kind(read)
+
+
+def _check_every_kind(read: dict[str, Any]) -> None:
     expected_bytes = bytes(i % 256 for i in range(1000)).hex()
     for mode in ("sync", "async"):
         got = read[mode]

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from chains.client import Client, _drive, _failure
+from chains.call_policy import answer_error
+from chains.client import Client, _drive
 from chains.errors import (
     ChainsRuntimeError,
     DeadlineExceeded,
@@ -18,6 +19,11 @@ from chains.errors import (
 )
 
 URL = "http://127.0.0.1:1"
+
+
+def _failure(url: str, status: int, payload: bytes, headers: dict[str, str]) -> Exception:
+    """What the client raises for an answer: the mapping every caller shares."""
+    return answer_error("the chain's entrypoint", url, status, payload, headers)
 
 
 def body(payload: object) -> bytes:

@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
             "chains.server",
             "chains.stubs",
             "chains.client",
+            "chains.client_http",
             "chains.local",
             "chains.local_routes",
             "chains.loader",
@@ -75,6 +76,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(
         [
             "chains.errors",
+            "chains.call_policy",
             "chains.wire",
             "chains.metrics",
             "chains.tls",

@@ -176,3 +176,55 @@ def test_the_store_finds_a_trace_by_a_unique_prefix(tmp_path: Path) -> None:
     assert trace_spans(path, "ab") == []  # both requests start so: ambiguous
     assert trace_spans(path, "cdcd")[0].request_id == "abd-2"
     assert recent_traces(tmp_path / "none.sqlite") == [] and trace_spans(tmp_path / "none.sqlite", "x") == []
+
+
+async def test_server_spans_reach_the_store_from_the_sinks_thread(tmp_path: Path, installed: None) -> None:
+    store = tmp_path / "traces.sqlite"
+    traced = tracing.configure("Caller", "chain", TraceSettings(False, store, keep=10))
+    assert traced is not None
+    tracing.install(traced)
+    app = create_app(Caller, settings=ServerSettings(is_entrypoint=True))
+    await app.startup()
+    await app.started.wait()
+    assert await _post(app, {"text": "hi"}) == 200
+    traced.shutdown()  # hands on what still waits, as at exit
+    (summary,) = recent_traces(store)
+    spans = {s.name: s for s in trace_spans(store, summary.trace_id)}
+    server = spans["Caller.run_remote"]
+    assert server.trace_id == summary.request_id  # a trace without a caller is named by its request id
+    assert server.kind == "server" and server.parent_id == ""
+    assert server.attributes["http.response.status_code"] == 200
+    # The stub's attempts (SDK spans, through the batch processor) are the server span's children.
+    assert {s.parent_id for s in spans.values() if s.kind == "client"} == {server.span_id}
+
+
+def test_a_caller_that_samples_a_trace_out_gets_no_server_span() -> None:
+    from opentelemetry import propagate
+
+    from chains.call_context import CallContext
+
+    ours = InMemorySpanExporter()
+    traced = Tracing.with_exporter(ours, "Caller")
+    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    for flags, recorded in (("00", False), ("01", True)):
+        context = propagate.extract({"traceparent": f"00-{trace_id}-{parent}-{flags}"})
+        span = traced._server_span("Caller.run_remote", CallContext("rid"), context)
+        assert f"{span.get_span_context().trace_id:032x}" == trace_id  # propagated either way
+        assert span.is_recording() is recorded
+        span.end()
+    (exported,) = ours.get_finished_spans()
+    assert exported.parent is not None and f"{exported.parent.span_id:016x}" == parent
+
+
+def test_otel_traces_sampler_decides_for_server_spans(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry import context
+
+    from chains.call_context import CallContext
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+    ours = InMemorySpanExporter()
+    traced = Tracing.with_exporter(ours, "Caller")
+    for n in range(2000):  # not hex: each a random trace id
+        traced._server_span("Caller.run_remote", CallContext(f"call-{n}"), context.Context()).end()
+    assert 300 < len(ours.get_finished_spans()) < 700

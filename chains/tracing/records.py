@@ -1,0 +1,287 @@
+"""The server span of a call as a plain record, turned into OpenTelemetry spans and store rows
+off the request path.
+
+OpenTelemetry's SDK spends about 50 µs of CPU on one span from its start to its export
+(attribute cleaning, the sampler, span processors, the batch queue, the exporter); a chainlet
+answers a call in about 40 µs. ``benchmarks/defaults.py`` measured the defaults of ``chains
+push`` (every call traced into the local store) at 0.2x the bare floor with the SDK's spans.
+So the one span every call has, the server span, is a :class:`ServerSpan`: an
+``opentelemetry.trace.Span`` that only keeps what it is told and, when it ends, is appended to
+a :class:`SpanSink`. A thread of the sink turns the records it has into the store's rows and
+into SDK ``ReadableSpan`` objects for the other span processors (OTLP), in batches.
+
+What users and exporters see is unchanged: the span is current while the call runs (its W3C
+context is what stubs propagate and what user spans are children of), it records errors and
+attributes through the Span API, and exporters receive an SDK span.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
+
+from chains.tracing.store import SpanRecord
+
+__all__ = ["ServerSpan", "SpanSink"]
+
+_SCOPE = InstrumentationScope("chains")
+_STATUS_NAMES = {StatusCode.ERROR: "error", StatusCode.OK: "ok", StatusCode.UNSET: "unset"}
+
+
+class ServerSpan(trace.Span):
+    """A recording span kept as plain data until :class:`SpanSink`'s thread converts it: a
+    call's server span, or a stub's attempt (``kind`` CLIENT)."""
+
+    __slots__ = (
+        "_ended",
+        "_sink",
+        "attributes",
+        "context",
+        "end_ns",
+        "events",
+        "kind",
+        "links",
+        "name",
+        "parent",
+        "start_ns",
+        "status",
+    )
+
+    def __init__(
+        self,
+        sink: SpanSink,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        attributes: dict[str, Any],
+        kind: SpanKind = SpanKind.SERVER,
+    ) -> None:
+        self._sink = sink
+        self.name = name
+        self.context = context
+        self.parent = parent
+        self.attributes = attributes
+        self.kind = kind
+        self.events: list[tuple[str, dict[str, Any], int]] = []
+        self.links: list[SpanContext] = []
+        self.status = Status(StatusCode.UNSET)
+        self.start_ns = time.time_ns()
+        self.end_ns = 0
+        self._ended = False
+
+    def get_span_context(self) -> SpanContext:
+        return self.context
+
+    def is_recording(self) -> bool:
+        return not self._ended
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if not self._ended:
+            self.attributes[key] = value
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        if not self._ended:
+            self.attributes.update(attributes)
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        if not self._ended:
+            self.events.append((name, dict(attributes or {}), timestamp or time.time_ns()))
+
+    def add_link(self, context: SpanContext, attributes: Any = None) -> None:
+        if not self._ended and context.is_valid:
+            self.links.append(context)
+
+    def update_name(self, name: str) -> None:
+        self.name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self._ended:
+            return
+        if isinstance(status, StatusCode):
+            status = Status(status, description)
+        # As the SDK does: once OK, a span stays OK.
+        if self.status.status_code is not StatusCode.OK:
+            self.status = status
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Any = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        kind = type(exception)
+        module = kind.__module__
+        name = f"{module}.{kind.__qualname__}" if module and module != "builtins" else kind.__qualname__
+        event = {
+            "exception.type": name,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+            **(attributes or {}),
+        }
+        self.add_event("exception", event, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self.end_ns = end_time or time.time_ns()
+        self._sink.put(self)
+
+    # -- conversions, in the sink's thread --------------------------------------------------------
+
+    def readable(self, resource: Resource) -> ReadableSpan:
+        return ReadableSpan(
+            self.name,
+            self.context,
+            self.parent,
+            resource,
+            self.attributes,
+            [Event(name, attributes, timestamp) for name, attributes, timestamp in self.events],
+            [Link(context) for context in self.links],
+            self.kind,
+            status=self.status,
+            start_time=self.start_ns,
+            end_time=self.end_ns,
+            instrumentation_scope=_SCOPE,
+        )
+
+    def record(self, service: str) -> SpanRecord:
+        return SpanRecord(
+            trace_id=f"{self.context.trace_id:032x}",
+            span_id=f"{self.context.span_id:016x}",
+            parent_id=f"{self.parent.span_id:016x}" if self.parent is not None else "",
+            name=self.name,
+            service=service,
+            kind=self.kind.name.lower(),
+            start_ns=self.start_ns,
+            end_ns=self.end_ns,
+            status=_STATUS_NAMES[self.status.status_code],
+            status_message=self.status.description or "",
+            attributes=_plain(self.attributes),
+            events=[
+                {"name": name, "time_ns": timestamp, "attributes": _plain(attributes)}
+                for name, attributes, timestamp in self.events
+            ],
+        )
+
+
+class SpanSink:
+    """Where ended :class:`ServerSpan` records go: ``write_records`` gets the store's rows and
+    every processor of ``processors`` the SDK spans.
+
+    With ``delay_s`` a daemon thread takes what has ended every ``delay_s`` seconds (the request
+    path only appends to a list); with ``delay_s=None`` each span is handed on as it ends (tests,
+    embedding). What is still waiting is handed on by :meth:`flush`, also at exit. With
+    ``keep``, the store is given the spans of at most the newest ``keep`` traces of each batch.
+
+    >>> sink = SpanSink(Resource.create({"service.name": "Greeter"}), [], None, delay_s=None)
+    """
+
+    def __init__(
+        self,
+        resource: Resource,
+        processors: Sequence[SpanProcessor],
+        write_records: Callable[[list[SpanRecord]], object] | None,
+        *,
+        delay_s: float | None = 0.2,
+        keep: int | None = None,
+    ) -> None:
+        self._resource = resource
+        self._service = str(resource.attributes.get("service.name", ""))
+        self._processors = tuple(processors)
+        self._write_records = write_records
+        self._keep = keep
+        self._pending: list[ServerSpan] = []
+        self._lock = threading.Lock()  # one hand-over at a time: the thread's, or a flush's
+        self._delay_s = delay_s
+        self._wake = threading.Event()
+        self._closed = False
+        if delay_s is not None:
+            thread = threading.Thread(target=self._run, name="chains-spans", daemon=True)
+            thread.start()
+            # A daemon thread dies with the process: what is waiting at exit is handed on first.
+            # Registered after the tracer provider's own exit hook, so it runs before it.
+            atexit.register(_flush_at_exit, weakref.ref(self))
+
+    def put(self, span: ServerSpan) -> None:
+        if self._delay_s is None:
+            self._hand_on([span])
+            return
+        pending = self._pending
+        pending.append(span)  # list.append is atomic: no lock on the request path
+        if len(pending) == 1:
+            self._wake.set()
+
+    def flush(self) -> None:
+        with self._lock:
+            # Copy, then delete what was copied: a span appended meanwhile stays for the next flush.
+            spans = self._pending[:]
+            del self._pending[: len(spans)]
+            self._hand_on(spans)
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        self.flush()
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait()
+            if self._closed:
+                return
+            time.sleep(self._delay_s or 0)  # let a batch gather
+            self._wake.clear()
+            self.flush()
+            if self._pending:  # ended during the flush, after put saw a list that was not empty
+                self._wake.set()
+
+    def _hand_on(self, spans: list[ServerSpan]) -> None:
+        if not spans:
+            return
+        if self._write_records is not None:
+            self._write_records([span.record(self._service) for span in self._newest(spans)])
+        for processor in self._processors:
+            for span in spans:
+                processor.on_end(span.readable(self._resource))
+
+    def _newest(self, spans: list[ServerSpan]) -> list[ServerSpan]:
+        """The spans of the newest ``keep`` traces of ``spans``: the store keeps no more traces
+        than that, so under load the older ones of a batch would be written only to be deleted
+        (the store's own pruning, kept by recency, is what decides; this only saves it work)."""
+        keep = self._keep
+        if keep is None or len(spans) <= keep:
+            return spans
+        traces: set[int] = set()
+        newest = []
+        for span in reversed(spans):
+            trace_id = span.context.trace_id
+            if trace_id not in traces:
+                if len(traces) == keep:
+                    continue
+                traces.add(trace_id)
+            newest.append(span)
+        newest.reverse()
+        return newest
+
+
+def _flush_at_exit(sink: weakref.ref[SpanSink]) -> None:
+    live = sink()
+    if live is not None:
+        live.flush()
+
+
+def _plain(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in attributes.items()}
