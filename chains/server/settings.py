@@ -15,6 +15,7 @@ from pathlib import Path
 
 from chains.errors import ChainsUsageError
 from chains.server.cors import CorsPolicy
+from chains.server.door import DoorLimits
 from chains.tls import TlsSettings
 from chains.wire import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
 
@@ -139,11 +140,11 @@ class ServerSettings:
     concurrency: int | None = None  # None: the chainlet's Compute(concurrency=...)
     max_queue: int | None = None  # calls waiting before 503; None: 4x concurrency (x max_batch_size)
     grace_sec: float = 30.0
-    # A client must send a request's line and headers within this, and its body within
-    # body_timeout_sec; otherwise the connection is closed (408 for a body). Slow clients
-    # (slowloris) would hold connections and their file descriptors for good otherwise.
-    header_timeout_sec: float = 30.0
+    # A client must send its body within this, or it is answered 408: slow clients would
+    # hold connections and their file descriptors for good otherwise. The limits on what
+    # comes before the body (headers, connections) are the door's (chains/server/door.py).
     body_timeout_sec: float = 60.0
+    door: DoorLimits = field(default_factory=DoorLimits)
     dependencies: Mapping[str, DependencyAddress] = field(default_factory=dict)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     data_dir: Path | None = None
@@ -219,7 +220,7 @@ class ServerSettings:
             concurrency=int(concurrency) if concurrency is not None else None,
             max_queue=int(max_queue) if max_queue is not None else None,
             grace_sec=number("CHAINS_GRACE_SEC", 30.0) or 30.0,
-            header_timeout_sec=number("CHAINS_HEADER_TIMEOUT_SEC", 30.0) or 30.0,
+            door=DoorLimits.from_env(env),
             body_timeout_sec=number("CHAINS_BODY_TIMEOUT_SEC", 60.0) or 60.0,
             dependencies=dependencies,
             secrets=secrets,

@@ -1,0 +1,65 @@
+"""The chains the security tests push: no entrypoint is marked, each test names its own."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import chains
+
+
+class Leaf(chains.ChainletBase):
+    async def run_remote(self, x: float) -> float:
+        return x
+
+
+class FloatEntry(chains.ChainletBase):
+    """Passes ``x`` one hop on, as JSON."""
+
+    def __init__(self, leaf: Leaf = chains.depends(Leaf)) -> None:
+        self._leaf = leaf
+
+    async def run_remote(self, x: float, extra: Any = None) -> float:
+        return await self._leaf.run_remote(x=x)
+
+
+class BinaryEntry(chains.ChainletBase):
+    """Passes ``x`` one hop on, as MessagePack."""
+
+    def __init__(self, leaf: Leaf = chains.depends(Leaf, use_binary=True)) -> None:
+        self._leaf = leaf
+
+    async def run_remote(self, x: float) -> float:
+        return await self._leaf.run_remote(x=x)
+
+
+class Counter(chains.ChainletBase):
+    async def run_remote(self, start: float) -> AsyncIterator[float]:
+        for step in range(3):
+            yield start + step
+
+
+class StreamEntry(chains.ChainletBase):
+    """Streams what Counter streams."""
+
+    def __init__(self, counter: Counter = chains.depends(Counter)) -> None:
+        self._counter = counter
+
+    async def run_remote(self, start: float) -> AsyncIterator[float]:
+        async for value in self._counter.run_remote(start=start):
+            yield value
+
+
+class Broken(chains.ChainletBase):
+    async def run_remote(self, x: float) -> float:
+        raise ValueError(f"Broken cannot take {x}")
+
+
+class BrokenEntry(chains.ChainletBase):
+    """Fails one hop in, so that an outside caller sees a dependency's error."""
+
+    def __init__(self, broken: Broken = chains.depends(Broken, retries=0)) -> None:
+        self._broken = broken
+
+    async def run_remote(self, x: float) -> float:
+        return await self._broken.run_remote(x=x)
