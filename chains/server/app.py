@@ -113,7 +113,7 @@ class ChainletApp:
         # Web pages (CORS, EventSource, the JS client): entrypoints only, see chains/server/browser.py.
         self._browser: BrowserRoutes | None = None
         if settings.is_entrypoint:
-            self._browser = BrowserRoutes(spec, settings.cors, settings.api_key, self.metrics)
+            self._browser = BrowserRoutes(spec, settings.chain, settings.cors, settings.api_key, self.metrics)
         self.conversations = Conversations()
         if not settings.is_entrypoint and not settings.internal_token:
             raise ValueError(
