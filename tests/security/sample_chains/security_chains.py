@@ -50,16 +50,16 @@ class StreamEntry(chains.ChainletBase):
             yield value
 
 
-class Broken(chains.ChainletBase):
+class Hidden(chains.ChainletBase):
     async def run_remote(self, x: float) -> float:
-        raise ValueError(f"Broken cannot take {x}")
+        raise ValueError(f"cannot take {x}")
 
 
-class BrokenEntry(chains.ChainletBase):
-    """Fails one hop in, so that an outside caller sees a dependency's error."""
+class FailEntry(chains.ChainletBase):
+    """Fails one hop in, so that an outside caller sees an internal chainlet's error."""
 
-    def __init__(self, broken: Broken = chains.depends(Broken, retries=0)) -> None:
-        self._broken = broken
+    def __init__(self, hidden: Hidden = chains.depends(Hidden, retries=0)) -> None:
+        self._hidden = hidden
 
     async def run_remote(self, x: float) -> float:
-        return await self._broken.run_remote(x=x)
+        return await self._hidden.run_remote(x=x)
