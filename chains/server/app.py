@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import hmac
 import inspect
 import json
 import logging
@@ -60,7 +61,7 @@ from chains.server.settings import ServerSettings
 from chains.server.streaming_response import StreamAborted, send_stream
 from chains.server.websocket import Conversations, serve_websocket
 from chains.streaming import shape_of
-from chains.wire import HEALTHZ, JSON_MEDIA_TYPE, METRICS, READYZ, RUN_REMOTE
+from chains.wire import DEBUG_HEADER, HEALTHZ, JSON_MEDIA_TYPE, METRICS, READYZ, RUN_REMOTE, debug_proof
 
 if TYPE_CHECKING:
     from chains.tracing.spans import Tracing
@@ -108,6 +109,8 @@ class ChainletApp:
         )
         # What an outside caller sees of an error: see docs/concepts.md, "Errors".
         self._public_errors = settings.is_entrypoint and not settings.shows_tracebacks
+        owner_may_debug = self._public_errors and settings.debug_errors is None and settings.internal_token
+        self._debug_proof = debug_proof(settings.internal_token or "").encode() if owner_may_debug else None
         self._build_task: asyncio.Task[None] | None = None
         self._tracing: Tracing | None = None  # the process's, once started; None: no spans at all
         # Web pages (CORS, EventSource, the JS client): entrypoints only, see chains/server/browser.py.
@@ -252,6 +255,13 @@ class ChainletApp:
     @property
     def public_errors(self) -> bool:
         return self._public_errors
+
+    def _public_for(self, headers: dict[str, str]) -> bool:
+        """Whether this caller sees errors in their public form: all but the chain's owner."""
+        if self._debug_proof is None:
+            return self._public_errors
+        proof = headers.get(DEBUG_HEADER)
+        return proof is None or not hmac.compare_digest(proof.encode(), self._debug_proof)
 
     async def try_take_slot(self) -> bool:
         """Take a concurrency slot if one is free now (a socket holds it while open)."""
@@ -400,7 +410,7 @@ class ChainletApp:
             exc,
             chainlet=self.spec.name,
             entrypoint=self.settings.is_entrypoint,
-            public=self._public_errors,
+            public=self._public_for(request.headers),
             tracing=self._tracing,
         )
 
@@ -440,7 +450,7 @@ class ChainletApp:
                 shape,
                 until_deadline(first, generator, deadline, self._deadline_error()),
                 chainlet=self.spec.name,
-                public_errors=self._public_errors,
+                public_errors=self._public_for(request.headers),
                 tracing=self._tracing,
                 metrics=self.metrics,
             )

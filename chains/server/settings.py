@@ -154,8 +154,9 @@ class ServerSettings:
     # Stubs retry exceptions their callee raised, as Truss Chains does (see StubOptions).
     retry_user_errors: bool = False
     # Whether the entrypoint sends outside callers every hop's traceback with an error, or only
-    # its type, message and request id. None: tracebacks on the local target only, where the
-    # caller is the developer; a deployed chain's callers would read the server's file paths.
+    # its type, message and request id. None: only to a caller that proves to be the chain's
+    # owner (``chains call``, see chains.wire.debug_proof); other callers would read the
+    # server's file paths and the chain's internal names. False: to nobody.
     debug_errors: bool | None = None
     # The origins whose web pages may call the entrypoint (see chains/server/cors.py).
     cors: CorsPolicy = field(default_factory=lambda: CorsPolicy(()))
@@ -166,8 +167,9 @@ class ServerSettings:
 
     @property
     def shows_tracebacks(self) -> bool:
-        """Whether errors leave the chain with their tracebacks (see ``debug_errors``)."""
-        return self.debug_errors if self.debug_errors is not None else self.environment == "local"
+        """Whether errors leave the chain with their tracebacks for every caller (see
+        ``debug_errors``)."""
+        return self.debug_errors is True
 
     def __repr__(self) -> str:
         # Never print credentials: settings end up in logs and tracebacks.
