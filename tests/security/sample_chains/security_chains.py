@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -63,3 +64,15 @@ class FailEntry(chains.ChainletBase):
 
     async def run_remote(self, x: float) -> float:
         return await self._hidden.run_remote(x=x)
+
+
+class Keeper(chains.ChainletBase):
+    """Answers with a digest of its secret, so that a test can tell which value arrived."""
+
+    remote_config = chains.RemoteConfig(assets=chains.Assets(secret_keys=["token"]))
+
+    def __init__(self, context: chains.DeploymentContext = chains.depends_context()) -> None:
+        self._digest = hashlib.sha256(context.secrets["token"].encode()).hexdigest()
+
+    async def run_remote(self) -> str:
+        return self._digest
