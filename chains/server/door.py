@@ -196,7 +196,8 @@ def guarded_http(
         _refused = False
         _over_cap = False
         _in_head = True  # between a request's first byte (or the last one's end) and its headers' end
-        _head_bytes = 0
+        _head_bytes = 0  # bytes received while in the head, framing included
+        _head_size = 0  # the request line's target and the headers' names and values
         _waiting_since: float | None = None  # since when no request was served nor its head complete
         _header_count = 0
         _host_count = 0
@@ -234,10 +235,11 @@ def guarded_http(
             if self._refused:
                 return
             super().on_message_begin()
-            self._header_count = self._host_count = 0
+            self._header_count = self._host_count = self._head_size = 0
 
         def on_url(self, url: bytes) -> None:
             if not self._refused:
+                self._head_size += len(url)
                 super().on_url(url)
 
         def on_header(self, name: bytes, value: bytes) -> None:
@@ -247,16 +249,16 @@ def guarded_http(
             if self._header_count > limits.max_headers:
                 self._refuse(431, over_headers)
                 return
+            self._head_size += len(name) + len(value)
+            if self._head_size > limits.max_header_bytes:
+                self._refuse(431, over_headers)
+                return
             if len(name) == 4 and name.lower() == b"host":
                 self._host_count += 1
             super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
             if self._refused:
-                return
-            size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
-            if size > limits.max_header_bytes:
-                self._refuse(431, over_headers)
                 return
             if self._host_count > 1 or (self._host_count == 0 and self.parser.get_http_version() == "1.1"):
                 found = "no Host header" if self._host_count == 0 else f"{self._host_count} Host headers"
@@ -302,6 +304,9 @@ def guarded_http(
             self._head_timer = self.loop.call_later(period, self._check_head)
 
         def _check_head(self) -> None:
+            if self.transport.get_protocol() is not self:
+                self._head_timer = None  # upgraded to a WebSocket: its own protocol times it
+                return
             cycle: Any = self.cycle
             now = self.loop.time()
             if cycle is not self._head_seen or (cycle is not None and not cycle.response_complete):
@@ -310,8 +315,13 @@ def guarded_http(
                 return
             if self._waiting_since is None:
                 self._waiting_since = now - period
-            busy = self._over_cap or self._busy()
-            if now - self._waiting_since < (limits.busy_timeout_sec if busy else limits.header_timeout_sec):
+            if self._over_cap or self._busy():
+                wait = limits.busy_timeout_sec
+            elif cycle is None:  # no request yet
+                wait = limits.header_timeout_sec
+            else:  # between requests, as uvicorn's keep-alive timer is too
+                wait = max(limits.header_timeout_sec, limits.keep_alive_sec)
+            if now - self._waiting_since < wait:
                 self._arm_head_timer()
                 return
             self._head_timer = None
