@@ -160,7 +160,8 @@ def test_connections_over_the_cap_get_a_logged_503_and_health_still_answers(
     monkeypatch.setenv("CHAINS_BUSY_TIMEOUT_SEC", "1")
     with pushed("FloatEntry", "door-cap") as handle:
         url = handle.entrypoint_url
-        # Past three quarters of the cap, a connection that sends nothing is closed soon.
+        # Past three quarters of the cap (30), connections that send nothing are closed soon,
+        # until no more than three quarters are open (then they wait the usual 30 s).
         sockets = idle(url, 35)
         try:
             deadline = time.monotonic() + 10
@@ -169,7 +170,7 @@ def test_connections_over_the_cap_get_a_logged_503_and_health_still_answers(
                 sock.settimeout(max(0.1, deadline - time.monotonic()))
                 with contextlib.suppress(TimeoutError, ConnectionResetError):
                     closed += sock.recv(1) == b""
-            assert closed >= 25, f"only {closed} of 35 idle connections were closed near the cap"
+            assert closed >= 5, f"only {closed} of 35 idle connections were closed near the cap"
         finally:
             for sock in sockets:
                 sock.close()
