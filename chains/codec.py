@@ -117,8 +117,40 @@ def decode_args(spec: EndpointSpec, body: bytes | str, *, binary: bool = False) 
     if binary:
         model = spec.input_model.model_validate(_unpack(body))
     else:
+        _refuse_non_finite(body)
         model = spec.input_model.model_validate_json(body)
     return {name: getattr(model, field) for name, field in _names(spec).fields}
+
+
+def _refuse_non_finite(body: bytes | str) -> None:
+    """Refuse the JSON5 words ``NaN`` and ``Infinity`` anywhere in a body, not only where a
+    parameter is a float: in an ``Any`` field, or a model of the user's own (whose config
+    allows them), they would be written as null to the next hop. The words are looked for
+    first, so that a body without them (nearly all) is not parsed twice."""
+    data = body.encode() if isinstance(body, str) else body
+    if b"NaN" not in data and b"Infinity" not in data:
+        return
+    try:
+        pydantic_core.from_json(data, allow_inf_nan=False)
+    except ValueError as exc:
+        try:
+            pydantic_core.from_json(data)
+        except ValueError:
+            return  # malformed some other way too: the model's own parse says how
+        raise pydantic.ValidationError.from_exception_data(
+            "JSON body",
+            [
+                {
+                    "type": "value_error",
+                    "loc": (),
+                    "input": None,
+                    "ctx": {
+                        "error": "NaN and Infinity are not JSON and would not arrive as sent: "
+                        f"send finite numbers ({exc})"
+                    },
+                }
+            ],
+        ) from None
 
 
 def encode_result(spec: EndpointSpec, value: Any, *, binary: bool = False) -> bytes:

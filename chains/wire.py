@@ -10,6 +10,8 @@ describes the protocol)::
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Any, Final
 
 import pydantic
@@ -21,6 +23,7 @@ __all__ = [
     "BINARY_MEDIA_TYPE",
     "BYTES_MEDIA_TYPE",
     "DEADLINE_HEADER",
+    "DEBUG_HEADER",
     "DEFAULT_MAX_FRAME_BYTES",
     "FRAMED_MEDIA_TYPE",
     "HEALTHZ",
@@ -34,6 +37,7 @@ __all__ = [
     "STREAM_KIND_HEADER",
     "TEXT_MEDIA_TYPE",
     "WIRE_CONFIG",
+    "debug_proof",
     "wire_adapter",
 ]
 
@@ -51,6 +55,8 @@ ASYNC_REQUEST: Final = "/async_request"
 REQUEST_ID_HEADER: Final = "x-chains-request-id"
 DEADLINE_HEADER: Final = "x-chains-timeout"
 STREAM_KIND_HEADER: Final = "x-chains-stream"
+# Sent by the chain's owner (``chains call``) to see every hop's traceback: see debug_proof.
+DEBUG_HEADER: Final = "x-chains-debug"
 
 # Unary arguments and results: JSON, or MessagePack for stubs with use_binary.
 JSON_MEDIA_TYPE: Final = "application/json"
@@ -66,8 +72,13 @@ NDJSON_MEDIA_TYPE: Final = "application/x-ndjson"
 # The largest frame a reader accepts unless told otherwise (CHAINS_MAX_FRAME_BYTES on a server).
 DEFAULT_MAX_FRAME_BYTES: Final = 64 * 2**20
 
-# JSON has no bytes: base64 keeps any byte value intact where UTF-8 would refuse some.
-WIRE_CONFIG: Final = pydantic.ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+# JSON has no bytes: base64 keeps any byte value intact where UTF-8 would refuse some. Nor
+# has it NaN or infinities: pydantic would write them as null, which the next hop refuses
+# for a float or takes for "no value", so a float must be finite to be sent or taken
+# (``1e400`` parses as infinity, and is refused too).
+WIRE_CONFIG: Final = pydantic.ConfigDict(
+    ser_json_bytes="base64", val_json_bytes="base64", allow_inf_nan=False
+)
 
 # The serialization context of binary (MessagePack) calls: a custom field type that can travel
 # as raw bytes there (chains.pydantic_numpy's arrays) checks for it and skips its text form.
@@ -80,3 +91,14 @@ def wire_adapter(tp: Any) -> pydantic.TypeAdapter[Any]:
         return pydantic.TypeAdapter(tp, config=WIRE_CONFIG)
     except pydantic.PydanticUserError:  # models and dataclasses carry their own config
         return pydantic.TypeAdapter(tp)
+
+
+def debug_proof(internal_token: str) -> str:
+    """What ``DEBUG_HEADER`` carries to ask an entrypoint for every hop's traceback: proof of
+    knowing the chain's internal token, which only its owner can read (the deployment's
+    owner-only files), without sending the token itself to the entrypoint.
+
+    >>> debug_proof("t0ken") == debug_proof("t0ken") != debug_proof("other")
+    True
+    """
+    return hmac.new(internal_token.encode(), b"chains debug errors v1", hashlib.sha256).hexdigest()

@@ -19,7 +19,7 @@ import httpx
 from chains.errors import ErrorDetail, RemoteError, StreamInterrupted
 from chains.streaming import BYTES, SSE_EVENTS, TEXT, OutputKind, StreamKind
 from chains.streaming.sse import SSE
-from chains.wire import JSON_MEDIA_TYPE, RUN_REMOTE, SSE_MEDIA_TYPE
+from chains.wire import DEBUG_HEADER, JSON_MEDIA_TYPE, RUN_REMOTE, SSE_MEDIA_TYPE
 
 __all__ = ["CallFailed", "UntrustedCertificate", "call_entrypoint", "call_route", "converse_with_entrypoint"]
 
@@ -53,15 +53,18 @@ async def call_entrypoint(
     api_key: str | None = None,
     timeout: float | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    debug: str | None = None,
 ) -> None:
     """POST ``arguments`` to ``url``/run_remote and write the answer to ``out``.
 
     An ``https://`` entrypoint is verified with ``ssl_context``, or the system's authorities
-    without one.
+    without one. ``debug``, the owner's proof, asks for every hop's traceback with an error.
     """
     headers = {"content-type": JSON_MEDIA_TYPE}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
+    if debug:
+        headers[DEBUG_HEADER] = debug
     if kind.is_stream:
         headers["accept"] = SSE_MEDIA_TYPE
     verify: ssl.SSLContext | bool = ssl_context or True

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from chains import terminal
 from chains.cli.group import fail, guarded, main
@@ -39,7 +40,14 @@ def _pairs(option: str, metavar: str, pairs: tuple[str, ...]) -> dict[str, str]:
     help="Where it runs: local processes, docker containers, or files for another system.",
 )
 @click.option("--port", type=int, help="The entrypoint's port on 127.0.0.1 (default: any free one).")
-@click.option("--secret", "secret_pairs", multiple=True, metavar="KEY=VALUE", help="A secret; repeatable.")
+@click.option(
+    "--secret",
+    "secret_pairs",
+    multiple=True,
+    metavar="KEY[=VALUE]",
+    help="A secret; repeatable. KEY alone asks for its value (or reads a line of stdin); a VALUE "
+    "here is visible to every user in `ps`, so prefer --secrets-file or CHAINS_SECRET_KEY.",
+)
 @click.option("--secrets-file", type=click.Path(dir_okay=False), help="Secrets in dotenv format.")
 @click.option("--dry-run", is_flag=True, help="Check and generate, start nothing.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Where --dry-run writes.")
@@ -56,7 +64,15 @@ def _pairs(option: str, metavar: str, pairs: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--watch", is_flag=True, help="Stay in the foreground and redeploy on source changes.")
 @click.option(
-    "--api-key", envvar="CHAINS_API_KEY", help="Require this API key from the entrypoint's callers."
+    "--api-key",
+    envvar="CHAINS_API_KEY",
+    help="Require this API key from the entrypoint's callers; prefer CHAINS_API_KEY or --api-key-file "
+    "(a key given here is visible to every user in `ps`).",
+)
+@click.option(
+    "--api-key-file",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="Read the API key from the first line of FILE (- for stdin).",
 )
 @click.option(
     "--cors-origin",
@@ -84,6 +100,7 @@ def push(
     model_url_pairs: tuple[str, ...],
     watch: bool,
     api_key: str | None,
+    api_key_file: str | None,
     cors_origins: tuple[str, ...],
     as_json: bool,
     timeout: float,
@@ -106,7 +123,8 @@ def push(
     kind = guarded(lambda: kind_of(target))
     for note in ignored_settings(chain, target):
         click.echo(f"note: {note}", err=True)
-    given = _pairs("--secret", "KEY=VALUE", secret_pairs)
+    api_key = _api_key(api_key, api_key_file, watch)
+    given = _secrets(secret_pairs, watch)
     secrets = guarded(lambda: collect_secrets(chain, given, secrets_file)) if kind == "running" else given
     model_urls = _pairs("--model-url", "NAME=URL", model_url_pairs)
     if address and target != "ray":
@@ -175,6 +193,62 @@ def push(
         from chains.watch import watch as run_watch
 
         guarded(lambda: run_watch(Path(file), chain, entrypoint=entrypoint))
+
+
+def _argv_warning(option: str, instead: str, watch: bool) -> None:
+    """Say that a credential given as an argument is readable by everyone on this machine: a
+    process's command line is (``ps``, ``/proc/PID/cmdline``), for as long as it runs."""
+    how_long = "for as long as --watch runs" if watch else "while the command runs"
+    click.echo(
+        f"warning: {option} on the command line can be read by every user of this machine (`ps`) "
+        f"{how_long}; {instead}",
+        err=True,
+    )
+
+
+def _api_key(given: str | None, file: str | None, watch: bool) -> str | None:
+    """The entrypoint's API key: from --api-key-file, CHAINS_API_KEY, or (warned of) --api-key."""
+    source = click.get_current_context().get_parameter_source("api_key")
+    on_argv = given is not None and source is ParameterSource.COMMANDLINE
+    if file is None:
+        if on_argv:
+            _argv_warning("--api-key", "set CHAINS_API_KEY or use --api-key-file FILE instead", watch)
+        return given
+    if on_argv:
+        fail("error: give the API key with --api-key or --api-key-file, not both")
+    try:
+        with click.open_file(file) as stream:
+            key: str = stream.readline().strip()
+    except OSError as exc:
+        fail(f"error: cannot read --api-key-file {file}: {exc.strerror}")
+    if not key:
+        fail(f"error: --api-key-file {file} is empty: put the API key on its first line")
+    return key
+
+
+def _secrets(pairs: tuple[str, ...], watch: bool) -> dict[str, str]:
+    """The --secret options: KEY=VALUE (warned of), or KEY alone, whose value is asked for."""
+    values = {}
+    on_argv = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not key:
+            fail(f"error: --secret takes KEY or KEY=VALUE, got {pair!r}")
+        if sep:
+            on_argv.append(key)
+        else:
+            value = click.prompt(
+                f"value of secret {key}", hide_input=True, err=True, default="", show_default=False
+            )
+        values[key] = value
+    if on_argv:
+        names = ", ".join(on_argv)
+        first = on_argv[0]
+        instead = (
+            f"give --secret {first} alone to be asked for it, a --secrets-file, or CHAINS_SECRET_{first}"
+        )
+        _argv_warning(f"the value of --secret {names}", instead, watch)
+    return values
 
 
 def _running_state(name: str) -> Any:

@@ -33,7 +33,7 @@ def trace(name: str, request_id: str | None, limit: int, as_json: bool) -> None:
     from chains.tracing import store
     from chains.tracing.waterfall import print_recent, print_waterfall
 
-    folder = chain_dir(name)
+    folder = guarded(lambda: chain_dir(name))
     if not folder.is_dir():
         known = ", ".join(list_chains()) or "none"
         fail(f"error: no chain named {name!r} (chains here: {known}); start it with `chains push FILE`")

@@ -339,7 +339,13 @@ def call(
             return
         asyncio.run(
             call_entrypoint(
-                state.entrypoint_url, arguments, kind, api_key=api_key, timeout=timeout, ssl_context=context
+                state.entrypoint_url,
+                arguments,
+                kind,
+                api_key=api_key,
+                timeout=timeout,
+                ssl_context=context,
+                debug=_owner_proof(state),
             )
         )
     except UntrustedCertificate as exc:
@@ -379,6 +385,22 @@ def _route_call(
             fail(f"error: --header takes 'NAME: VALUE', got {header!r}")
         sent[name.strip().lower()] = value.strip()
     return method, path, sent
+
+
+def _owner_proof(state: ChainState) -> str | None:
+    """Proof that this is the chain's owner, which gets every hop's traceback with an error
+    (see chains.wire.debug_proof): from the chain's token, in its owner-only deployment file.
+    None where this machine does not hold that file."""
+    from chains.targets.state import Deployment, chain_dir
+    from chains.wire import debug_proof
+
+    path = chain_dir(state.chain) / "deployments" / state.deployment / "deployment.json"
+    try:
+        deployment = Deployment.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    token = next((c.env.get("CHAINS_INTERNAL_TOKEN") for c in deployment.chainlets if c.is_entrypoint), None)
+    return debug_proof(token) if token else None
 
 
 def _entrypoint_context(state: ChainState, ca_file: Path | None) -> ssl.SSLContext | None:

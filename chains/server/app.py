@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import hmac
 import inspect
 import json
 import logging
@@ -63,7 +64,7 @@ from chains.server.settings import ServerSettings
 from chains.server.streaming_response import StreamAborted, send_stream
 from chains.server.websocket import Conversations, serve_websocket
 from chains.streaming import shape_of
-from chains.wire import HEALTHZ, JSON_MEDIA_TYPE, METRICS, READYZ, RUN_REMOTE
+from chains.wire import DEBUG_HEADER, HEALTHZ, JSON_MEDIA_TYPE, METRICS, READYZ, RUN_REMOTE, debug_proof
 
 if TYPE_CHECKING:
     from chains.server.jobs import JobRoutes
@@ -112,6 +113,8 @@ class ChainletApp:
         )
         # What an outside caller sees of an error: see docs/concepts.md, "Errors".
         self._public_errors = settings.is_entrypoint and not settings.shows_tracebacks
+        owner_may_debug = self._public_errors and settings.debug_errors is None and settings.internal_token
+        self._debug_proof = debug_proof(settings.internal_token or "").encode() if owner_may_debug else None
         self._build_task: asyncio.Task[None] | None = None
         self._tracing: Tracing | None = None  # the process's, once started; None: no spans at all
         # One line per call, written by a thread of its own (CHAINS_REQUEST_LOG=0: none).
@@ -119,7 +122,7 @@ class ChainletApp:
         # Web pages (CORS, EventSource, the JS client): entrypoints only, see chains/server/browser.py.
         self._browser: BrowserRoutes | None = None
         if settings.is_entrypoint:
-            self._browser = BrowserRoutes(spec, settings.cors, settings.api_key, self.metrics)
+            self._browser = BrowserRoutes(spec, settings.chain, settings.cors, settings.api_key, self.metrics)
         self.conversations = Conversations()
         self._jobs = self._job_routes() if settings.jobs is not None and settings.is_entrypoint else None
         routes = routes_of(spec.cls)  # @chains.route endpoints, served by chains/server/routes.py
@@ -293,6 +296,13 @@ class ChainletApp:
     def public_errors(self) -> bool:
         return self._public_errors
 
+    def _public_for(self, headers: dict[str, str]) -> bool:
+        """Whether this caller sees errors in their public form: all but the chain's owner."""
+        if self._debug_proof is None:
+            return self._public_errors
+        proof = headers.get(DEBUG_HEADER)
+        return proof is None or not hmac.compare_digest(proof.encode(), self._debug_proof)
+
     async def try_take_slot(self) -> bool:
         """Take a concurrency slot if one is free now (a socket holds it while open)."""
         return await self._capacity.try_take_slot()
@@ -447,7 +457,7 @@ class ChainletApp:
             exc,
             chainlet=self.spec.name,
             entrypoint=self.settings.is_entrypoint,
-            public=self._public_errors,
+            public=self._public_for(request.headers),
             tracing=self._tracing,
         )
 
@@ -487,7 +497,7 @@ class ChainletApp:
                 shape,
                 until_deadline(first, generator, deadline, self._deadline_error()),
                 chainlet=self.spec.name,
-                public_errors=self._public_errors,
+                public_errors=self._public_for(request.headers),
                 tracing=self._tracing,
                 metrics=self.metrics,
             )

@@ -43,11 +43,13 @@ class BrowserRoutes:
     the request for the app to serve (perhaps rewritten, with a ``send`` that adds headers).
     """
 
-    def __init__(self, spec: ChainletSpec, cors: CorsPolicy, api_key: str | None, metrics: Metrics) -> None:
+    def __init__(
+        self, spec: ChainletSpec, chain: str, cors: CorsPolicy, api_key: str | None, metrics: Metrics
+    ) -> None:
         self._spec = spec
         self._cors = cors
         self._api_key = api_key
-        self._signer = TicketSigner(api_key.encode()) if api_key else None
+        self._signer = TicketSigner(api_key.encode(), chain, spec.name) if api_key else None
         self._metrics = metrics
         self._kind = shape_of(spec.endpoint).kind.name.encode() if spec.endpoint.is_stream else None
         self._static: dict[str, bytes] = {}

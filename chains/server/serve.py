@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -26,8 +26,10 @@ from chains.errors import ChainsUsageError
 from chains.metrics import Metrics
 from chains.model import building_with
 from chains.server.app import ChainletApp, StreamAborted
+from chains.server.door import guarded_http, raise_open_file_limit
 from chains.server.settings import SECRET_PREFIX, ServerSettings
 from chains.stubs import StubBase, StubOptions
+from chains.wire import HEALTHZ, READYZ
 
 __all__ = ["create_app", "main", "serve"]
 
@@ -277,59 +279,6 @@ class _DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def _guarded_http(timeout: float, draining: Callable[[], bool]) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol, closing a connection that is not served a request and has
-    not completed a request's line and headers within ``timeout`` seconds.
-
-    uvicorn waits for a request's head forever (its keep-alive timer runs only between
-    requests, and stops at the first byte of the next), so clients that open connections and
-    trickle their headers, or send nothing (slowloris), would hold them, and their file
-    descriptors, for good. The check looks every ``timeout`` seconds at whether a request
-    head arrived (uvicorn starts a new cycle for each) or one is being served; a slow head
-    gets at most two periods.
-
-    While ``draining()``, every request is answered with ``Connection: close`` and its
-    connection closed after the answer.
-    """
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-    base: Any = HttpToolsProtocol
-
-    class GuardedHttpToolsProtocol(base):  # type: ignore[misc]
-        _head_timer: asyncio.TimerHandle | None = None
-        _head_seen: Any = None
-
-        def connection_made(self, transport: asyncio.Transport) -> None:
-            super().connection_made(transport)
-            self._arm_head_timer()
-
-        def on_headers_complete(self) -> None:
-            super().on_headers_complete()
-            if draining() and self.cycle is not None:
-                self.cycle.keep_alive = False
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-            super().connection_lost(exc)
-
-        def _arm_head_timer(self) -> None:
-            self._head_seen = self.cycle
-            self._head_timer = self.loop.call_later(timeout, self._check_head)
-
-        def _check_head(self) -> None:
-            cycle: Any = self.cycle
-            if cycle is not self._head_seen or (cycle is not None and not cycle.response_complete):
-                self._arm_head_timer()  # a request arrived, or is being served: look again later
-                return
-            self._head_timer = None
-            if not self.transport.is_closing():
-                self.transport.close()
-
-    return GuardedHttpToolsProtocol
-
-
 def serve(
     app: ChainletApp,
     host: str = "127.0.0.1",
@@ -348,6 +297,7 @@ def serve(
     if app.spec.remote_config.options.enable_debug_logs:
         log_level = "DEBUG"
     configure_logging(app.spec.name, log_level)
+    raise_open_file_limit()
     try:
         tracing.install(tracing.configure(app.spec.name, app.settings.chain), set_global=True)
     except ChainsUsageError as exc:
@@ -359,12 +309,11 @@ def serve(
         host=host,
         port=port,
         lifespan="on",
-        http=_guarded_http(app.settings.header_timeout_sec, lambda: app.draining),
+        http=guarded_http(app.settings.door, lambda: app.draining, exempt=(HEALTHZ, READYZ)),
         loop="auto",  # uvloop when installed (a dependency except on Windows)
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=1,
-        timeout_keep_alive=30,
         # WebSocket endpoints: a ping every 20 s and a socket closed when its pong is 20 s
         # late; a message longer than the body limit closes the socket with 1009.
         ws="websockets-sansio",

@@ -16,6 +16,7 @@ from pathlib import Path
 from chains.errors import ChainsUsageError
 from chains.jobs.settings import JobSettings
 from chains.server.cors import CorsPolicy
+from chains.server.door import DoorLimits
 from chains.tls import TlsSettings
 from chains.wire import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
 
@@ -140,11 +141,11 @@ class ServerSettings:
     concurrency: int | None = None  # None: the chainlet's Compute(concurrency=...)
     max_queue: int | None = None  # calls waiting before 503; None: 4x concurrency (x max_batch_size)
     grace_sec: float = 30.0
-    # A client must send a request's line and headers within this, and its body within
-    # body_timeout_sec; otherwise the connection is closed (408 for a body). Slow clients
-    # (slowloris) would hold connections and their file descriptors for good otherwise.
-    header_timeout_sec: float = 30.0
+    # A client must send its body within this, or it is answered 408: slow clients would
+    # hold connections and their file descriptors for good otherwise. The limits on what
+    # comes before the body (headers, connections) are the door's (chains/server/door.py).
     body_timeout_sec: float = 60.0
+    door: DoorLimits = field(default_factory=DoorLimits)
     dependencies: Mapping[str, DependencyAddress] = field(default_factory=dict)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     data_dir: Path | None = None
@@ -154,8 +155,9 @@ class ServerSettings:
     # Stubs retry exceptions their callee raised, as Truss Chains does (see StubOptions).
     retry_user_errors: bool = False
     # Whether the entrypoint sends outside callers every hop's traceback with an error, or only
-    # its type, message and request id. None: tracebacks on the local target only, where the
-    # caller is the developer; a deployed chain's callers would read the server's file paths.
+    # its type, message and request id. None: only to a caller that proves to be the chain's
+    # owner (``chains call``, see chains.wire.debug_proof); other callers would read the
+    # server's file paths and the chain's internal names. False: to nobody.
     debug_errors: bool | None = None
     # The origins whose web pages may call the entrypoint (see chains/server/cors.py).
     cors: CorsPolicy = field(default_factory=lambda: CorsPolicy(()))
@@ -168,8 +170,9 @@ class ServerSettings:
 
     @property
     def shows_tracebacks(self) -> bool:
-        """Whether errors leave the chain with their tracebacks (see ``debug_errors``)."""
-        return self.debug_errors if self.debug_errors is not None else self.environment == "local"
+        """Whether errors leave the chain with their tracebacks for every caller (see
+        ``debug_errors``)."""
+        return self.debug_errors is True
 
     def __repr__(self) -> str:
         # Never print credentials: settings end up in logs and tracebacks.
@@ -222,7 +225,7 @@ class ServerSettings:
             concurrency=int(concurrency) if concurrency is not None else None,
             max_queue=int(max_queue) if max_queue is not None else None,
             grace_sec=number("CHAINS_GRACE_SEC", 30.0) or 30.0,
-            header_timeout_sec=number("CHAINS_HEADER_TIMEOUT_SEC", 30.0) or 30.0,
+            door=DoorLimits.from_env(env),
             body_timeout_sec=number("CHAINS_BODY_TIMEOUT_SEC", 60.0) or 60.0,
             dependencies=dependencies,
             secrets=secrets,

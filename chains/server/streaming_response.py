@@ -133,8 +133,9 @@ async def _public_failure(source: AsyncIterator[Any], chainlet: str, request_id:
                 return
             except Exception as exc:
                 logger.error(
-                    "run_remote raised %s while streaming (request id %s)",
+                    "run_remote raised %s while streaming: %s (request id %s)",
                     type(exc).__name__,
+                    exc,
                     request_id,
                     exc_info=exc,
                 )

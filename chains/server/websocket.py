@@ -271,7 +271,7 @@ async def serve_websocket(app: ServerApp, scope: Scope, receive: Receive, send: 
         return
     refusal = app.authorize(headers)
     if refusal is not None and settings.is_entrypoint:
-        refusal = _ticket_refusal(scope, headers, settings.api_key, refusal)
+        refusal = _ticket_refusal(scope, headers, settings, app.spec.name, refusal)
     if refusal is not None:
         await _deny(scope, send, 401, refusal, rid)
         return
@@ -299,9 +299,12 @@ async def serve_websocket(app: ServerApp, scope: Scope, receive: Receive, send: 
         app.release_slot()
 
 
-def _ticket_refusal(scope: Scope, headers: dict[str, str], api_key: str | None, refusal: str) -> str | None:
+def _ticket_refusal(
+    scope: Scope, headers: dict[str, str], settings: ServerSettings, chainlet: str, refusal: str
+) -> str | None:
     """Why an entrypoint refuses a caller whose headers did not pass (``refusal``): a good stream
     ticket in the query stands for the API key (a web page cannot set a socket's headers)."""
+    api_key = settings.api_key
     if not api_key or "authorization" in headers or "x-api-key" in headers:
         return refusal
     query = scope.get("query_string", b"").decode("latin-1")
@@ -311,7 +314,7 @@ def _ticket_refusal(scope: Scope, headers: dict[str, str], api_key: str | None, 
             "missing credentials: send `Authorization: Bearer <API key>`, or from a web page "
             f"?{TICKET_PARAM}=TICKET from POST /stream_ticket (never the key itself)"
         )
-    return TicketSigner(api_key.encode()).refusal(tickets[0])
+    return TicketSigner(api_key.encode(), settings.chain, chainlet).refusal(tickets[0])
 
 
 async def _converse(app: ServerApp, socket: ServerSocket, call: CallContext) -> None:

@@ -40,7 +40,7 @@ from chains.targets.state import (
     write_private,
     writing,
 )
-from chains.targets.supervisor import PID_FILE, control_socket_path
+from chains.targets.supervisor import PID_FILE, control_socket_path, owner_only
 from chains.targets.wiring import drain_grace
 from chains.tracing import STORE_ENV
 from chains.tracing.store import store_path
@@ -102,7 +102,7 @@ class LocalTarget:
         _remove_stale_socket(chain_dir(state.chain) / "deployments" / state.deployment)
 
     def _start_supervisor(self, deploy_dir: Path) -> subprocess.Popen[bytes]:
-        log = open(deploy_dir / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
+        log = open(deploy_dir / "supervisor.log", "ab", opener=owner_only)  # noqa: SIM115 - handed to the child
         try:
             # A session of its own: the chain outlives the terminal that pushed it.
             return subprocess.Popen(

@@ -47,6 +47,14 @@ __all__ = ["PID_FILE", "Supervisor", "control_socket_path", "main"]
 PID_FILE = "supervisor.pid"
 
 
+def owner_only(path: str, flags: int) -> int:
+    """An ``open()`` opener for log files: readable by their owner alone, since they hold
+    exception messages and request ids. An older file that others could read is made so too."""
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
 def control_socket_path(deploy_dir: Path) -> Path:
     """Where a deployment's supervisor listens for commands.
 
@@ -228,7 +236,7 @@ class Supervisor:
         ready_file.unlink(missing_ok=True)
         env["CHAINS_READY_FILE"] = str(ready_file)
         fd = replica.sock.fileno()
-        log = open(replica.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+        log = open(replica.log_path, "ab", opener=owner_only)  # noqa: SIM115 - handed to the child, closed below
         try:
             process = subprocess.Popen(
                 [self.deployment.python, "server.py", "--fd", str(fd)],
@@ -388,7 +396,7 @@ class Supervisor:
     def _log(self, replica: _Replica, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         try:
-            with open(replica.log_path, "a") as log:
+            with open(replica.log_path, "a", opener=owner_only) as log:
                 log.write(f"{stamp} SUPERVISOR {replica.spec.name}: {message}\n")
         except OSError as exc:  # a full disk: say it where it may still get through
             _say(f"{replica.spec.name}: {message} (not written to {replica.log_path}: {exc})")

@@ -20,9 +20,10 @@ Reading needs neither OpenTelemetry nor a running chain::
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Sequence
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,12 @@ class SpanWriter:
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Owner-only, as the chain's state is: spans hold exception messages and request
+            # ids. SQLite gives the WAL and shared-memory files the database file's mode.
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            for file in (self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm"))):
+                with suppress(FileNotFoundError):  # a store older than this rule
+                    os.chmod(file, 0o600)
             db = _connect(self.path, check_same_thread=False)
             try:
                 db.execute("PRAGMA journal_mode = WAL")

@@ -60,13 +60,22 @@ def serve_dashboard(
     (docker, swarm)."""
     import uvicorn
 
+    from chains.server.door import DoorLimits, guarded_http, raise_open_file_limit
+
+    raise_open_file_limit()
     sock = bind_loopback(host, port)
     try:
         view = ChainView(name, api_key)
         app = DashboardApp(view, port=sock.getsockname()[1])
         # A try-it stream still open on Ctrl-C is cut after a moment rather than waited for.
+        # The chainlets' limits at the door (header size, Host, connections) guard it too.
         config = uvicorn.Config(
-            app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=2
+            app,
+            http=guarded_http(DoorLimits.from_env()),
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+            timeout_graceful_shutdown=2,
         )
         server = uvicorn.Server(config)
         announce(dashboard_url(sock, view.deployment.api_key))

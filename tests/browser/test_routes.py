@@ -9,6 +9,8 @@ import httpx
 from chains.server.tickets import TicketSigner
 from tests.browser_support import API_KEY, metric
 
+TYPED_ENTRYPOINT = "Typed"  # tests/browser/chains/typed.py's entrypoint chainlet
+
 KEY = {"authorization": f"Bearer {API_KEY}"}
 
 
@@ -137,10 +139,10 @@ def test_stream_tickets(typed_chain: Any, streaming_chain: Any) -> None:
     tampered = ticket[:-2] + ("AA" if not ticket.endswith("AA") else "BB")
     refused = httpx.get(url, params={"count": "1", "chains_ticket": tampered})
     assert refused.status_code == 401 and "signature" in refused.json()["detail"]
-    expired = TicketSigner(API_KEY.encode()).issue(now=0.0)
+    expired = TicketSigner(API_KEY.encode(), "browser-typed", TYPED_ENTRYPOINT).issue(now=0.0)
     refused = httpx.get(url, params={"count": "1", "chains_ticket": expired})
     assert refused.status_code == 401 and "expired" in refused.json()["detail"]
-    other_key = TicketSigner(b"another key").issue()
+    other_key = TicketSigner(b"another key", "browser-typed", TYPED_ENTRYPOINT).issue()
     assert httpx.get(url, params={"count": "1", "chains_ticket": other_key}).status_code == 401
     # A ticket opens GETs only: a POST still needs the key.
     post = httpx.post(url, json={"count": 1}, headers={"authorization": f"Bearer {ticket}"})

@@ -1,7 +1,7 @@
 """Errors that cross hops: an overloaded dependency two hops from the entrypoint, and a stream
 that outlives its caller's deadline, seen by every kind of caller (raw HTTP, a stub, `chains
-call`), on the local target (every hop's traceback) and as a deployed chain shows them
-(type, message and request id only; the rest in the logs).
+call`), on the local target as its owner sees them (every hop's traceback) and as a deployed
+chain shows them (type, message and request id only; the rest in the logs).
 
 The chains are pushed as `chains push` does; every wait is bounded, traffic is to 127.0.0.1.
 """
@@ -22,8 +22,8 @@ import pytest
 import chains
 from chains.streaming import FRAMED_MEDIA_TYPE, SSE
 from chains.stubs import StubOptions
-from chains.wire import REQUEST_ID_HEADER
-from tests.reliability.conftest import HERE, cli, pushed, record
+from chains.wire import DEBUG_HEADER, REQUEST_ID_HEADER, debug_proof
+from tests.reliability.conftest import HERE, cli, pushed, record, token_of
 
 SAMPLE = HERE / "sample_chains" / "overload_chains.py"
 CALLERS = 25
@@ -43,7 +43,7 @@ class Slow(chains.StubBase):
 
 @pytest.fixture(scope="module")
 def local(chains_home: Path) -> Iterator[dict[str, str]]:
-    """The two chains on the local target, which shows outside callers every hop's traceback."""
+    """The two chains on the local target, whose owner (see ``_owner``) sees every hop's traceback."""
     with (
         pushed("OverloadEntry", "overload", SAMPLE) as unary,
         pushed("StreamOverloadEntry", "overload-stream", SAMPLE) as stream,
@@ -76,6 +76,11 @@ def deployed(chains_home: Path) -> Iterator[dict[str, str]]:
                 yield {"unary": unary, "stream": stream.entrypoint_url}
         finally:
             cli("stop", "public")
+
+
+def _owner(name: str) -> dict[str, str]:
+    """The header with which chain ``name``'s owner asks for every hop's detail, as `chains call` does."""
+    return {DEBUG_HEADER: debug_proof(token_of(name))}
 
 
 def _burst(url: str, body: dict[str, object], headers: dict[str, str] | None = None) -> list[httpx.Response]:
@@ -117,7 +122,7 @@ def _hops(error: dict[str, object]) -> list[dict[str, object]]:
 
 def test_an_overloaded_dependency_two_hops_away_is_a_retryable_503(local: dict[str, str]) -> None:
     started = time.perf_counter()
-    responses = _burst(local["unary"], {"hold": 1.5})
+    responses = _burst(local["unary"], {"hold": 1.5}, _owner("overload"))
     elapsed = time.perf_counter() - started
     assert all(r.json() == "done" for r in responses if r.status_code == 200)
     errors = _check_refusals(responses)
@@ -168,7 +173,7 @@ def test_a_stub_caller_catches_it_as_a_connection_error_and_its_retries_get_thro
 
 
 def test_an_overloaded_dependency_of_a_framed_stream_is_a_retryable_503(local: dict[str, str]) -> None:
-    headers = {"accept": FRAMED_MEDIA_TYPE}
+    headers = {"accept": FRAMED_MEDIA_TYPE, **_owner("overload-stream")}
     responses = _burst(local["stream"], {"hold": 1.5, "count": 3, "gap": 0.0}, headers)
     for response in responses:
         if response.status_code == 200:

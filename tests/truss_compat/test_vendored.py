@@ -95,7 +95,9 @@ async def test_dependency_timeouts_hold_in_run_local_for_async_and_sync(use_sync
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Iterator[Cli]:
-    cli = Cli(tmp_path / "home")
+    # Every hop's detail for the tests' plain HTTP calls, as Truss Chains' local runs show it
+    # (a plain caller gets the short form otherwise, see docs/concepts.md, "Errors").
+    cli = Cli(tmp_path / "home", env={"CHAINS_DEBUG_ERRORS": "1"})
     yield cli
     for name in ("itest", "numpy-binary"):
         cli.run("stop", name, check=False)
@@ -245,7 +247,7 @@ async def test_a_truss_style_structured_producer_pushed_reads_with_stream_reader
 
 
 def test_an_http_exception_keeps_its_status_and_detail_through_every_hop(tmp_path: Path) -> None:
-    cli = Cli(tmp_path / "home")
+    cli = Cli(tmp_path / "home", env={"CHAINS_DEBUG_ERRORS": "1"})
     pushed = cli.push(str(TESTS / "http_errors" / "http_errors.py"), "--name", "http-errors")
     try:
         with httpx.Client(timeout=60) as client:

@@ -77,12 +77,16 @@ def test_remote_config_takes_origins_and_refuses_a_bad_one() -> None:
         chains.RemoteConfig(cors_origins=["https://app.example/index.html"])
 
 
-def test_tickets_expire_and_are_bound_to_the_key() -> None:
-    signer = TicketSigner(b"key one", ttl_sec=30)
+def test_tickets_expire_and_are_bound_to_the_key_chain_and_entrypoint() -> None:
+    signer = TicketSigner(b"key one", "chain", "Entry", ttl_sec=30)
     ticket = signer.issue(now=1_000.0)
     assert signer.refusal(ticket, now=1_029.0) is None
     assert "expired" in (signer.refusal(ticket, now=1_031.0) or "")
-    assert "signature" in (TicketSigner(b"key two").refusal(ticket, now=1_000.0) or "")
+    assert "signature" in (TicketSigner(b"key two", "chain", "Entry").refusal(ticket, now=1_000.0) or "")
+    # The same key on another chain, or another entrypoint's name: refused too.
+    for chain, entrypoint in (("chain2", "Entry"), ("chain", "Entry2"), ("chainE", "ntry")):
+        other = TicketSigner(b"key one", chain, entrypoint)
+        assert "signature" in (other.refusal(ticket, now=1_000.0) or "")
     assert "not a stream ticket" in (signer.refusal("key one", now=1_000.0) or "")
     longer = ticket.replace(".1030.", ".9999.")  # a later expiry, signed by nobody
     assert "signature" in (signer.refusal(longer, now=1_000.0) or "")

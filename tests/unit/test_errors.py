@@ -254,12 +254,13 @@ def test_chains_debug_errors_switches_tracebacks(value: str, shown: bool | None)
     assert settings.shows_tracebacks is bool(shown)
 
 
-def test_tracebacks_are_shown_on_the_local_target_by_default() -> None:
-    assert ServerSettings.from_env({"CHAINS_ENVIRONMENT": "local"}).shows_tracebacks
+def test_tracebacks_go_to_every_caller_only_when_debugging_is_asked_for() -> None:
+    # On the local target too: there, only the owner's `chains call` gets them (see app.py).
+    assert not ServerSettings.from_env({"CHAINS_ENVIRONMENT": "local"}).shows_tracebacks
     assert not ServerSettings.from_env({"CHAINS_ENVIRONMENT": "kubernetes"}).shows_tracebacks
     assert not ServerSettings.from_env({}).shows_tracebacks
-    local_off = {"CHAINS_ENVIRONMENT": "local", "CHAINS_DEBUG_ERRORS": "0"}
-    assert not ServerSettings.from_env(local_off).shows_tracebacks
+    local_on = {"CHAINS_ENVIRONMENT": "local", "CHAINS_DEBUG_ERRORS": "1"}
+    assert ServerSettings.from_env(local_on).shows_tracebacks
 
 
 def test_a_malformed_debug_switch_is_refused_naming_it() -> None:
