@@ -35,12 +35,13 @@ def host_state(netns: Path | None = None) -> HostState:
     """The state of this host's network namespace, or of the one whose file is ``netns`` (such as
     /proc/PID/ns/net); the mounts and the named namespaces are the machine's either way."""
     links = _run(netns, "ip", "-o", "link", "show").splitlines()
+    mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()
     return HostState(
         filter=frozenset(_run(netns, "iptables", "-t", "filter", "-S").splitlines()),
         nat=frozenset(_run(netns, "iptables", "-t", "nat", "-S").splitlines()),
         forwarding=_run(netns, "cat", "/proc/sys/net/ipv4/ip_forward").strip(),
         links=frozenset(line.split(": ")[1].split("@")[0] for line in links),
-        mounts=frozenset(line.split(" ")[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()),
+        mounts=frozenset(line.split(" ")[4] for line in mountinfo),
         namespaces=frozenset(line.split(" ")[0] for line in _run(None, "ip", "netns", "list").splitlines()),
     )
 
