@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import dashboard, origin_of, write_chain
+from tests.helpers import dashboard, origin_of, unique_port, write_chain
 from tests.swarm.conftest import Cli, Swarm, remove_stack, service_tasks
 
 THREE = '''
@@ -130,7 +130,9 @@ def three(
     finally:
         local.run("stop", "sw-three")
     cli = Cli(swarm, folder / "home", cache_dir)
-    pushed, progress = cli.push_reporting(str(file), "--secret", "leaf_key=s3cret", "--timeout", "180")
+    pushed, progress = cli.push_reporting(
+        str(file), "--secret", "leaf_key=s3cret", "--timeout", "180", "--port", str(unique_port())
+    )
     yield {"cli": cli, "file": file, "pushed": pushed, "progress": progress, "reference": reference}
     cli.run("stop", "sw-three", check=False)
     remove_stack(swarm, "sw-three")

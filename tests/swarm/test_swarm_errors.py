@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import write_chain
+from tests.helpers import unique_port, write_chain
 from tests.swarm.conftest import ROOT, Cli, Swarm
 
 STREAMING = ROOT / "examples" / "streaming" / "chain.py"
@@ -91,7 +91,10 @@ def test_an_encrypted_overlay_the_kernel_cannot_carry_is_refused_with_the_fix(
     file = write_chain(tmp_path / "chain", CROSSING)
     cli = Cli(swarm, tmp_path / "home", cache_dir, encrypt=True)
     try:
-        result = cli.run("push", str(file), "--target", "swarm", "--timeout", "180", check=False)
+        port = str(unique_port())  # the entrypoint's, published on node 1: this machine
+        result = cli.run(
+            "push", str(file), "--target", "swarm", "--port", port, "--timeout", "180", check=False
+        )
         assert result.returncode != 0, result.stdout
         assert "the stack's overlay network does not carry calls between the swarm's nodes" in result.stderr
         assert "on node chains-node2" in result.stderr and "CHAINS_SWARM_ENCRYPT=0" in result.stderr
@@ -100,7 +103,7 @@ def test_an_encrypted_overlay_the_kernel_cannot_carry_is_refused_with_the_fix(
         assert swarm.docker("secret", "ls", "-q", "--filter", "label=chains.chain=sw-crossing") == ""
 
         cli.env["CHAINS_SWARM_ENCRYPT"] = "0"  # the fix the refusal names
-        pushed = cli.push(str(file), "--timeout", "180")
+        pushed = cli.push(str(file), "--timeout", "180", "--port", port)
         for _ in range(4):  # round robin over both replicas
             answer = httpx.post(f"{pushed['entrypoint_url']}/run_remote", json={"text": "hi"}, timeout=30)
             assert answer.status_code == 200 and answer.json() == "HI", answer.text
