@@ -241,10 +241,12 @@ if [[ $stop == 1 ]]; then
     socket="$dir/docker.sock"
     bridges="$(engine_bridges)"
     stop_engine || { echo "error: the engine in $dir is still running; nothing was removed" >&2; exit 1; }
+    firewall_left=0
     if [[ -f $dir/netfilter.before ]] && command -v iptables >/dev/null; then
         shared=0
         other_engine_here && shared=1
-        restore_netfilter "$dir/netfilter.before" "$shared" || exit 1
+        # On failure the rest is still removed (what is left was listed), and the stop fails.
+        restore_netfilter "$dir/netfilter.before" "$shared" || firewall_left=1
     fi
     while IFS= read -r target; do
         umount "$target" 2>/dev/null || umount -l "$target" 2>/dev/null || true
@@ -261,7 +263,7 @@ if [[ $stop == 1 ]]; then
         rm -rf "$dir" 2>&1 | head -n 5 >&2
         exit 1
     fi
-    exit 0
+    exit "$firewall_left"
 fi
 
 mkdir -p "$dir"

@@ -225,7 +225,7 @@ stop)
     problems=()
     pid="$(node2_pid || true)"
     [[ -n $pid ]] && stop_pid "$pid" "node 2's dockerd"
-    "$here/start-engine.sh" --stop "$node1"
+    "$here/start-engine.sh" --stop "$node1" || problems+=("node 1's engine (above)")
     # Whatever the engines started and left (containerd shims after a SIGKILL): only processes
     # whose command line names this cluster's folder.
     for cmdline in $(grep -lsF -- "$dir/" /proc/[0-9]*/cmdline || true); do
