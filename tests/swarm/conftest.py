@@ -4,7 +4,9 @@ The session's ``swarm`` fixture starts the cluster once with ``docker/swarm-clus
 in this host's namespace, node 2 behind a veth pair), puts the chainlets' base image
 ``CHAINS_TEST_BASE_IMAGE`` (default ``chains-python:bookworm``) on node 1, the manager, where
 pushes build (node 2 gets the layers with the images each push loads there), and removes it
-all at the end. The base image is copied from the engine ``DOCKER_HOST`` names when that one
+all at the end. It reads the machine's state first (:mod:`tests.docker.host_state`), for
+``test_swarm_teardown.py`` to compare with after a stop (it then starts the cluster again).
+The base image is copied from the engine ``DOCKER_HOST`` names when that one
 has it (CI builds it there), else built on node 1 with ``docker/build-base-image.sh``.
 
 The tests need root, dockerd (Debian: ``apt-get install docker.io iproute2 iptables``) and
