@@ -8,9 +8,16 @@
 # --stop leaves nothing behind: once dockerd has stopped, every mount under the folder is
 # undone (the engine leaves its network namespace mounted there after any container ran with
 # --network host, and then the folder cannot be removed), and the folder, with its images, is
-# removed. When any of that fails it says what is left and exits non-zero. It only removes a
-# folder that holds an engine's files (dockerd.log or x/), and only signals the dockerd
-# started with this folder's pid file and the containerd, shims and containers of this folder.
+# removed. The firewall is put back too: the engine adds its chains (DOCKER, DOCKER-USER, ...),
+# their jumps and rules for each of its networks' bridges, turns forwarding on (FORWARD's
+# policy to DROP when it was off), and leaves all of it when it stops. `start` writes down the
+# filter and nat tables and forwarding as they were (FOLDER/netfilter.before); `--stop`
+# deletes the new rules of this engine's bridges and jumps and, when no other dockerd runs in
+# this network namespace (they share the chains, the policy and forwarding), every new Docker
+# chain and rule, and puts policies and forwarding back. When any of that fails it says what
+# is left and exits non-zero. It only removes a folder that holds an engine's files
+# (dockerd.log or x/), and only signals the dockerd started with this folder's pid file and
+# the containerd, shims and containers of this folder.
 #
 # The engine has no default bridge (--bridge=none), so it does not clash with another engine's:
 # chains uses user-defined networks, on which containers reach each other by name, and
@@ -71,6 +78,118 @@ wait_gone() {  # pid $1, for at most $2 tenths of a second
     return 1
 }
 
+# --- the firewall the engine changes ------------------------------------------------------------
+tables=(filter nat)
+# What marks a rule or a chain as Docker's: its chains' names and its bridges' interfaces.
+docker_rule='DOCKER|docker0|docker_gwbridge|br-[0-9a-f]{12}'
+
+save_netfilter() {  # FILE: each table's rules (`iptables -S`), under a "*TABLE" line
+    local table
+    {
+        for table in "${tables[@]}"; do
+            echo "*$table"
+            iptables -t "$table" -S
+        done
+        # The engine turns forwarding on (and FORWARD's policy to DROP, when it was off).
+        echo "*ip_forward"
+        cat /proc/sys/net/ipv4/ip_forward
+    } >"$1"
+}
+
+netfilter_before() {  # FILE TABLE: that table's lines in FILE
+    awk -v t="*$2" '/^\*/ { on = ($0 == t); next } on' "$1"
+}
+
+# The bridge interfaces of the engine at $socket: the rules naming them are this engine's own.
+engine_bridges() {
+    local ids
+    ids="$(DOCKER_HOST="unix://$socket" docker network ls -q --filter driver=bridge 2>/dev/null)" || return 0
+    [[ -n $ids ]] || return 0
+    # shellcheck disable=SC2086 # one id a word
+    DOCKER_HOST="unix://$socket" docker network inspect $ids \
+        --format '{{.Id}} {{with index .Options "com.docker.network.bridge.name"}}{{.}}{{end}}' 2>/dev/null \
+        | while read -r id name; do echo "${name:-br-${id:0:12}}"; done
+}
+
+# Whether a dockerd other than the one just stopped runs in this network namespace.
+other_engine_here() {
+    local pid here
+    here="$(readlink /proc/self/ns/net)"
+    for pid in $(pgrep -x dockerd || true); do
+        [[ $(readlink "/proc/$pid/ns/net" 2>/dev/null) == "$here" ]] && return 0
+    done
+    return 1
+}
+
+iptables_delete() {  # TABLE RULE (as `iptables -S` prints it: "-A CHAIN ...")
+    eval "iptables -t $1 ${2/#-A /-D }" 2>/dev/null
+}
+
+# The interfaces rule $1 names (-i, -o) that are not this engine's bridges ($bridges).
+foreign_interfaces() {
+    grep -oE -- '-[io] [^ ]+' <<<"$1" | cut -d' ' -f2 | grep -vxF -f <(printf '%s\n' "$bridges") || true
+}
+
+# What the engine added and left, given FILE (its netfilter.before) and its bridges ($bridges):
+# printed as "TABLE LINE", one a line. With SHARED=1 (another engine runs here, using the same
+# chains and policy) only the new Docker rules that name no other engine's bridge: this
+# engine's bridges' rules, and the jumps into Docker's chains it added (an engine adds any that
+# are missing when it makes a network); else every new Docker rule, chain and changed policy.
+netfilter_left() {  # FILE SHARED
+    local table line before
+    for table in "${tables[@]}"; do
+        before="$(netfilter_before "$1" "$table")"
+        while IFS= read -r line; do
+            grep -qxF -- "$line" <<<"$before" && continue
+            if [[ $2 == 1 ]]; then
+                [[ $line == -A* ]] && grep -qE -- "$docker_rule" <<<"$line" \
+                    && [[ -z $(foreign_interfaces "$line") ]] && echo "$table $line"
+            elif [[ $line == -P* ]] || grep -qE -- "$docker_rule" <<<"$line"; then
+                echo "$table $line"
+            fi
+        done < <(iptables -t "$table" -S)
+    done
+    return 0
+}
+
+restore_netfilter() {  # FILE SHARED: undo what netfilter_left finds; fails if any is left
+    local table line chain policy left forward
+    # Rules first (so that no jump names a chain any more), then chains, then policies.
+    while read -r table line; do
+        [[ $line == -A* ]] && iptables_delete "$table" "$line"
+    done < <(netfilter_left "$1" "$2")
+    while read -r table line; do
+        if [[ $line == -N* ]]; then
+            chain="${line#-N }"
+            iptables -t "$table" -F "$chain" 2>/dev/null && iptables -t "$table" -X "$chain" 2>/dev/null
+        fi
+    done < <(netfilter_left "$1" "$2")
+    while read -r table line; do
+        if [[ $line == -P* ]]; then
+            chain="$(cut -d' ' -f2 <<<"$line")"
+            policy="$(netfilter_before "$1" "$table" | awk -v c="$chain" '$1 == "-P" && $2 == c { print $3 }')"
+            [[ -n $policy ]] && iptables -t "$table" -P "$chain" "$policy"
+        fi
+    done < <(netfilter_left "$1" "$2")
+    left="$(netfilter_left "$1" "$2")"
+    forward="$(netfilter_before "$1" ip_forward)"
+    if [[ $2 == 0 && $forward =~ ^[01]$ && $(cat /proc/sys/net/ipv4/ip_forward) != "$forward" ]]; then
+        echo "$forward" >/proc/sys/net/ipv4/ip_forward || left+=$'\n'"net.ipv4.ip_forward is not $forward again"
+    fi
+    if [[ -n $left ]]; then
+        echo "error: the engine's firewall changes could not all be undone (iptables -t TABLE -S):" >&2
+        sed 's/^/  /' <<<"$left" >&2
+        return 1
+    fi
+    # Bridges the engine left (the rules naming them are gone now).
+    while IFS= read -r line; do
+        [[ -n $line ]] || continue
+        if ip link show "$line" >/dev/null 2>&1; then
+            ip link del "$line" 2>/dev/null || { echo "error: bridge $line could not be removed" >&2; return 1; }
+        fi
+    done <<<"$bridges"
+}
+
 stop_engine() {
     local pid pids
     pid="$(cat "$pidfile" 2>/dev/null || true)"
@@ -119,7 +238,16 @@ if [[ $stop == 1 ]]; then
         echo "error: $dir holds no engine (no dockerd.log, no x/); nothing was stopped or removed" >&2
         exit 1
     fi
+    socket="$dir/docker.sock"
+    bridges="$(engine_bridges)"
     stop_engine || { echo "error: the engine in $dir is still running; nothing was removed" >&2; exit 1; }
+    firewall_left=0
+    if [[ -f $dir/netfilter.before ]] && command -v iptables >/dev/null; then
+        shared=0
+        other_engine_here && shared=1
+        # On failure the rest is still removed (what is left was listed), and the stop fails.
+        restore_netfilter "$dir/netfilter.before" "$shared" || firewall_left=1
+    fi
     while IFS= read -r target; do
         umount "$target" 2>/dev/null || umount -l "$target" 2>/dev/null || true
     done < <(mounts_under "$dir")
@@ -135,7 +263,7 @@ if [[ $stop == 1 ]]; then
         rm -rf "$dir" 2>&1 | head -n 5 >&2
         exit 1
     fi
-    exit 0
+    exit "$firewall_left"
 fi
 
 mkdir -p "$dir"
@@ -149,6 +277,11 @@ if [[ -S $socket ]] && DOCKER_HOST="unix://$socket" docker version >/dev/null 2>
     exit 0
 fi
 
+# The firewall as it was before this engine, for --stop to put back (written once: a start
+# after an engine of this folder died must not take that engine's leftovers for the original).
+if command -v iptables >/dev/null && [[ ! -f $dir/netfilter.before ]]; then
+    save_netfilter "$dir/netfilter.before"
+fi
 # setsid: the engine outlives this script and is not hit by the terminal's signals.
 setsid dockerd \
     --host "unix://$socket" \

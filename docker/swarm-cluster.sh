@@ -22,8 +22,10 @@
 # Without it the swarm drops the traffic of an encrypted network between nodes.
 #
 # `stop` stops every dockerd by its PID and then removes the namespace, the veth pair, the
-# bridge and firewall rules node 1 added for swarm (docker_gwbridge, DOCKER-INGRESS), and any
-# mount left under FOLDER; it fails loudly when something could not be removed.
+# bridge and firewall rules node 1 added for swarm (docker_gwbridge, DOCKER-INGRESS), Docker's
+# chains and FORWARD's policy as start-engine.sh --stop puts them back, the mount of
+# /run/netns that `ip netns add` made (when no other namespace is in it), and any mount left
+# under FOLDER; it fails loudly when something could not be removed.
 #
 # One cluster per machine at a time: node 1's docker_gwbridge and VXLAN port are the host's
 # (`start` refuses when docker_gwbridge exists). Engines started by start-engine.sh, which do
@@ -158,7 +160,13 @@ start)
     fi
     # Node 1: this host's namespace, as start-engine.sh starts an engine.
     "$here/start-engine.sh" "$node1" >/dev/null
-    # The link: a namespace and a veth pair with the two addresses of one /30.
+    # The link: a namespace and a veth pair with the two addresses of one /30. `ip netns add`
+    # makes /run/netns (and mounts it onto itself, shared) when it is not yet: noted, for
+    # `stop` to undo.
+    {
+        [[ -d /run/netns ]] && echo "netns_dir=1" || echo "netns_dir=0"
+        mountpoint -q /run/netns 2>/dev/null && echo "netns_mount=1" || echo "netns_mount=0"
+    } >"$dir/host.before"
     ip netns add "$netns"
     ip link add "$veth_host" type veth peer name "$veth_node"
     ip link set "$veth_node" netns "$netns"
@@ -217,7 +225,7 @@ stop)
     problems=()
     pid="$(node2_pid || true)"
     [[ -n $pid ]] && stop_pid "$pid" "node 2's dockerd"
-    "$here/start-engine.sh" --stop "$node1"
+    "$here/start-engine.sh" --stop "$node1" || problems+=("node 1's engine (above)")
     # Whatever the engines started and left (containerd shims after a SIGKILL): only processes
     # whose command line names this cluster's folder.
     for cmdline in $(grep -lsF -- "$dir/" /proc/[0-9]*/cmdline || true); do
@@ -238,6 +246,22 @@ stop)
     if ip link show "$veth_host" >/dev/null 2>&1; then
         ip link del "$veth_host" 2>/dev/null || ! ip link show "$veth_host" >/dev/null 2>&1 \
             || problems+=("veth $veth_host")
+    fi
+    # /run/netns as it was before `start`, unless other namespaces are in it now (theirs need it).
+    if [[ -f $dir/host.before ]]; then
+        netns_dir=1 netns_mount=1
+        # shellcheck disable=SC1091 # written by start
+        source "$dir/host.before"
+        if [[ -z $(ip netns list) ]]; then
+            if [[ $netns_mount == 0 ]] && mountpoint -q /run/netns; then
+                umount /run/netns || problems+=("the mount of /run/netns onto itself")
+            fi
+            if [[ $netns_dir == 0 && -d /run/netns ]]; then
+                rmdir /run/netns || problems+=("folder /run/netns")
+            fi
+        elif [[ $netns_mount == 0 ]]; then
+            echo "swarm-cluster: left /run/netns mounted: other network namespaces are in it ($(ip netns list | cut -d' ' -f1 | paste -sd' '))" >&2
+        fi
     fi
     # What node 1's swarm mode added to this host's namespace. No other engine here runs swarm
     # (start refuses when docker_gwbridge exists), so these are this cluster's.
@@ -263,7 +287,7 @@ stop)
         printf 'swarm-cluster: could not remove: %s\n' "${problems[@]}" >&2
         exit 1
     fi
-    rm -rf "$node1" "$node2" "$state"
+    rm -rf "$node1" "$node2" "$state" "$dir/host.before"
     ;;
 *)
     die "unknown command $command (start, stop, stop-node, start-node)"

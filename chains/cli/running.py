@@ -14,7 +14,7 @@ import click
 from chains import terminal
 from chains.cli.group import DEFAULT_CALL_TIMEOUT_SEC, fail, guarded, main
 from chains.errors import ChainsError, ChainsUsageError
-from chains.targets import is_alive
+from chains.targets import is_alive, wording
 
 if TYPE_CHECKING:
     from chains.targets.state import ChainState
@@ -65,23 +65,24 @@ def status(name: str | None, as_json: bool) -> None:
                 click.echo(f"{chain_name}  unreadable  ({exc}); `chains stop {chain_name}` cleans up")
                 continue
             ready = sum(p.state == "ready" for p in state.processes)
-            health = _health(state) if is_alive(state) else "stale (supervisor gone)"
+            health = _health(state) if is_alive(state) else f"stale ({wording(state).gone})"
             click.echo(
                 f"{state.chain}  {health}  {ready}/{len(state.processes)} ready  {state.entrypoint_url}"
             )
         return
     state = guarded(lambda: find_state(name))
+    running = is_alive(state)  # which also refreshes what a target reads live (tasks, containers)
     if as_json:
         click.echo(state.model_dump_json(indent=2))
         return
-    if not is_alive(state):
+    if not running:
         click.echo(
-            f"chain {name!r} is stale: its supervisor is gone and its processes are not supervised; "
+            f"chain {name!r} is stale: {wording(state).gone_detail}; "
             f"run `chains stop {name}` to clean up, or push it again",
             err=True,
         )
     failed = _failed_chainlets(state)
-    if failed and is_alive(state):
+    if failed and running:
         click.echo(
             f"chain {name!r} is degraded: {', '.join(failed)} failed for good and "
             f"{'is' if len(failed) == 1 else 'are'} not running; bring "
@@ -310,7 +311,7 @@ def call(
         fail('error: the arguments must be a JSON object, e.g. --json \'{"prompt": "hi"}\'')
     route_call = _route_call(route, headers, given=json_args is not None or args_file is not None)
     if not is_alive(state):
-        fail(f"error: chain {name!r} is stale (its supervisor is gone); push it again")
+        fail(f"error: chain {name!r} is stale ({wording(state).gone}); push it again")
     if as_job:
         from chains.cli.jobs import submit_job
 
@@ -451,6 +452,7 @@ def stop(name: str, grace: float | None) -> None:
     if not stopped:
         click.echo(f"nothing of chain {name!r} was running; removed its leftover state")
         return
-    count = sum(len(state.processes) for state in stopped)
+    words = wording(stopped[0])
+    count = sum(len(s.chainlet_names()) if words.per_chainlet else len(s.processes) for s in stopped)
     extra = f" in {len(stopped)} deployments" if len(stopped) > 1 else ""
-    click.echo(f"stopped chain {name!r} ({count} process(es){extra})")
+    click.echo(f"stopped chain {name!r} ({count} {words.units}{extra})")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -45,12 +46,14 @@ __all__ = [
     "RunningTarget",
     "SwarmOptions",
     "TrussOptions",
+    "Wording",
     "cors_env",
     "export_target",
     "for_target",
     "is_alive",
     "options_for",
     "running_target",
+    "wording",
 ]
 
 
@@ -107,6 +110,27 @@ def _load(name: str, kind: str) -> object:
 def running_target(name: str) -> RunningTarget[Any]:
     target: RunningTarget[Any] = _load(name, "running")  # type: ignore[assignment]
     return target
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How a running target names what runs a chain, in what ``status``, ``call`` and ``stop``
+    print. A target may set its own as a ``wording`` attribute; these are the local target's.
+
+    >>> Wording(units="service(s)").units
+    'service(s)'
+    """
+
+    units: str = "process(es)"  # what `chains stop` counts
+    per_chainlet: bool = False  # it counts chainlets (one service each), not replicas
+    gone: str = "supervisor gone"  # why a chain that does not run is stale, in short
+    gone_detail: str = "its supervisor is gone and its processes are not supervised"
+
+
+def wording(state: ChainState) -> Wording:
+    """The words of the target chain ``state`` runs on."""
+    found = getattr(running_target(state.target), "wording", None)
+    return found if isinstance(found, Wording) else Wording()
 
 
 def is_alive(state: ChainState) -> bool:

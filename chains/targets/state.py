@@ -65,7 +65,9 @@ __all__ = [
 # What a stop waits beyond a deployment's own grace_sec before it kills the supervisor.
 STOP_MARGIN_SEC = 5.0
 
-ProcessState = Literal["starting", "ready", "restarting", "failed", "stopped"]
+# "gone": what ran it is lost (a swarm task whose node no longer answers) and nothing replaced
+# it yet.
+ProcessState = Literal["starting", "ready", "restarting", "failed", "stopped", "gone"]
 
 
 def chains_home() -> Path:

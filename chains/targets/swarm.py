@@ -45,8 +45,8 @@ from chains import progress
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.model import Chain
 from chains.progress import Board, Stage
-from chains.targets import running_target
-from chains.targets.compose import DEFAULT_ENTRY_PORT, project_name, swarm_document
+from chains.targets import Wording, running_target
+from chains.targets.compose import DEFAULT_ENTRY_PORT, SWARM_NETWORK, project_name, swarm_document
 from chains.targets.docker_engine import LABEL, Engine, connect, engine_time
 from chains.targets.image_builds import build_images
 from chains.targets.logs import merge_followed
@@ -54,6 +54,7 @@ from chains.targets.options import SwarmOptions
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
+    chain_dir,
     current_state,
     forget,
     make_current,
@@ -67,7 +68,9 @@ from chains.targets.swarm_nodes import (
     manager_of,
     node_address,
     node_name,
+    unreachable_nodes,
 )
+from chains.targets.swarm_overlay import check_overlay
 from chains.targets.swarm_secrets import PushSecrets, chain_secrets, remove_unused_secrets
 from chains.targets.wiring import LABEL_NAME, PORT, ChainWiring, wire
 
@@ -80,7 +83,8 @@ _POLL_SEC = 0.5
 _LOG_TAIL_LINES = 30
 _FAILED_TASKS_LIMIT = 3  # a service whose new tasks fail this often fails the push
 
-TaskState = Literal["starting", "ready", "failed", "stopped"]
+TaskState = Literal["starting", "ready", "failed", "stopped", "gone"]
+_NODE_ENGINES = "nodes.json"  # in the deployment's folder: node ID -> its engine's address
 
 
 def _stderr(line: str) -> None:
@@ -126,6 +130,13 @@ class SwarmTarget:
             print(chain.call(text="hi"))
     """
 
+    wording = Wording(
+        units="service(s)",
+        per_chainlet=True,
+        gone="its stack or the swarm manager is gone",
+        gone_detail="the swarm manager does not answer at DOCKER_HOST, or the chain's services are gone",
+    )
+
     def __init__(self, log: Callable[[str], None] | None = None) -> None:
         self.log = log or _stderr
 
@@ -147,7 +158,8 @@ class SwarmTarget:
             result = generate(chain, source_file, deploy_dir / "generated", base_image=base_image)
             # The docker target's builds, on the manager: same tags, same layer cache.
             images = build_images(engine, chain, result, base_image, self.log)
-            distribute_images(engine, manager, images, self.log)
+            engines = distribute_images(engine, manager, images, self.log)
+            write_private(deploy_dir / _NODE_ENGINES, json.dumps(engines, indent=2) + "\n")
             tls = tls_wanted()
             wiring = wire(
                 chain,
@@ -176,6 +188,7 @@ class SwarmTarget:
             self._deploy(stack, stack_file)
             self._wait(engine, stack, wiring, options.timeout)
             self.log(f"every service runs healthy after {time.monotonic() - started:.1f}s")
+            self._check_overlay(engine, manager.node_id, stack)
             state = self._state(engine, stack, chain, wiring, deploy_dir.name, source_file, entry_port)
             state.base_image = base_image
             write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
@@ -195,6 +208,22 @@ class SwarmTarget:
             forget(chain.name, keep=deploy_dir.name)
         remove_unused_secrets(engine, chain.name)
         return state
+
+    def _check_overlay(self, engine: Engine, manager_node: str, stack: _Stack) -> None:
+        """A call across nodes on the stack's network: a healthy service proves only that each
+        task answers on its own node (see :mod:`chains.targets.swarm_overlay`)."""
+        nodes = {str(n.id): node_name(n.attrs) for n in engine.client.nodes.list()}
+        unchecked = check_overlay(
+            engine,
+            manager_node,
+            stack.service(SWARM_NETWORK),
+            _services(engine, stack),
+            PORT,
+            encrypted=encryption_wanted(),
+            nodes=nodes,
+        )
+        if unchecked is not None and len(nodes) > 1:
+            self.log(f"note: calls between the nodes were not checked ({unchecked})")
 
     def _entry_port(self, options: SwarmOptions, previous: ChainState | None) -> int:
         if options.entry_port is not None:
@@ -319,50 +348,68 @@ class SwarmTarget:
 
     def _refresh(self, engine: Engine, state: ChainState) -> bool:
         """Read every task of the chain's stack into ``state.processes``; whether each of its
-        chainlets runs as many healthy tasks as it asks for."""
+        chainlets has its service.
+
+        A task on a node that is down, or whose engine does not answer, is "gone" at once:
+        the manager lists it as running until it has missed that node's heartbeats for a while.
+        A task's restarts are the tasks of its slot before it, of the same spec (the swarm keeps
+        a few of them: ``docker swarm update --task-history-limit``)."""
         stack = _Stack.of(state.chain)
         nodes = {n.id: n.attrs for n in engine.client.nodes.list()}
+        lost = unreachable_nodes(_node_engines(state)) | {
+            node_id for node_id, node in nodes.items() if (node.get("Status") or {}).get("State") != "ready"
+        }
         entry_port = int(state.entrypoint_url.rsplit(":", 1)[1])
         found = {_chainlet_of(s): s for s in _services(engine, stack)}
         order = state.chainlet_names() or [state.entrypoint]
         processes: list[ChainletProcess] = []
-        complete = all(name in found for name in order)
+        complete = bool(found) and all(name in found for name in order)
         for chainlet in [*order, *sorted(set(found) - set(order))]:
             service = found.get(chainlet)
             if service is None:
                 continue
             spec = service.attrs["Spec"]
+            template = spec["TaskTemplate"]["ContainerSpec"]
             short = service.name.removeprefix(f"{stack.name}_")
-            wanted = int((spec.get("Mode", {}).get("Replicated") or {}).get("Replicas", 1))
-            tasks = [t for t in service.tasks() if t.get("DesiredState") == "running"]
+            every = service.tasks()
+            tasks = [t for t in every if t.get("DesiredState") == "running"]
             tasks.sort(key=lambda t: int(t.get("Slot") or 0))
-            ready = 0
             is_entry = chainlet == state.entrypoint
+            scheme = (
+                "https"
+                if any(e.startswith("CHAINS_TLS_CERT_FILE=") for e in template.get("Env") or [])
+                else "http"
+            )
             for task in tasks:
                 node = nodes.get(str(task.get("NodeID")), {})
-                status = _task_state(task)
-                ready += status == "ready"
-                url = f"http://{node_address(node)}:{entry_port}" if is_entry else f"http://{short}:{PORT}"
+                status: TaskState = "gone" if task.get("NodeID") in lost else _task_state(task)
+                slot = task.get("Slot")
+                earlier = [t for t in every if t.get("Slot") == slot and _same_spec(t, template)]
+                url = (
+                    f"http://{node_address(node)}:{entry_port}" if is_entry else f"{scheme}://{short}:{PORT}"
+                )
                 processes.append(
                     ChainletProcess(
                         chainlet=chainlet,
-                        replica=max(int(task.get("Slot") or 1) - 1, 0),
+                        replica=max(int(slot or 1) - 1, 0),
                         port=entry_port if is_entry else PORT,
                         url=url,
                         state=status,
+                        restarts=max(len(earlier) - 1, 0),
                         started_at=engine_time(task.get("Status", {}).get("Timestamp")) or time.time(),
-                        container=f"{service.name}.{task.get('Slot')} on {node_name(node)}",
-                        image=spec["TaskTemplate"]["ContainerSpec"]["Image"],
+                        container=f"{service.name}.{slot} on {node_name(node)}",
+                        image=template["Image"],
                     )
                 )
                 if is_entry and status == "ready":
                     state.entrypoint_url = url
-            complete = complete and ready >= wanted
         state.processes = processes
         return complete
 
     def alive(self, state: ChainState) -> bool:
-        """Whether every service runs all its replicas, healthy; refreshes each task's state."""
+        """Whether the manager answers and the chain's stack has every service; refreshes each
+        task's state. A replica gone or failing does not make the chain stale: its service
+        runs on (the swarm replaces the task), and ``chains status`` shows that replica's state."""
         try:
             engine = connect(timeout=10)
         except ChainsRuntimeError:
@@ -429,6 +476,16 @@ class SwarmTarget:
             time.sleep(_POLL_SEC)
         left = problems or [f"network {n.name} is still listed" for n in networks]
         raise ChainsRuntimeError(f"stack {stack.name} was not fully removed:\n  " + "\n  ".join(left))
+
+
+def _node_engines(state: ChainState) -> dict[str, str]:
+    """Node ID -> engine address of the nodes the push loaded images into (empty if unknown)."""
+    path = chain_dir(state.chain) / "deployments" / state.deployment / _NODE_ENGINES
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
 def _chainlet_of(service: Any) -> str:

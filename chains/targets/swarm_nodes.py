@@ -35,6 +35,7 @@ __all__ = [
     "node_address",
     "node_engines",
     "node_name",
+    "unreachable_nodes",
 ]
 
 COPY_TIMEOUT_SEC = 1800.0  # the images of one push into one node
@@ -89,11 +90,13 @@ def check_placement(engine: Engine, entrypoint: str, replicas: int) -> None:
         )
 
 
-def distribute_images(engine: Engine, manager: Manager, images: dict[str, str], log: Log) -> None:
-    """Load every image into every other node's engine that does not have it yet."""
+def distribute_images(engine: Engine, manager: Manager, images: dict[str, str], log: Log) -> dict[str, str]:
+    """Load every image into every other node's engine that does not have it yet; returns the
+    engine address of each of those nodes, by node ID (for :func:`unreachable_nodes`)."""
     nodes = engine.client.nodes.list()
     addresses = node_engines()
     seen = {manager.node_id}
+    engines: dict[str, str] = {}
     for address in addresses:
         other = _connect_node(address)
         node_id = ((other.client.info().get("Swarm") or {}).get("NodeID")) or ""
@@ -103,6 +106,7 @@ def distribute_images(engine: Engine, manager: Manager, images: dict[str, str], 
                 f"{manager.cluster}; join it (docker swarm join) or leave it out"
             )
         seen.add(node_id)
+        engines[node_id] = address
         missing = [t for t in sorted(set(images.values())) if other.image_id(t) != engine.image_id(t)]
         other.client.close()
         if missing:
@@ -119,6 +123,28 @@ def distribute_images(engine: Engine, manager: Manager, images: dict[str, str], 
             f"warning: no engine address for node(s) {names} in CHAINS_SWARM_NODES: tasks placed "
             "there can only start if the images are there already"
         )
+    return engines
+
+
+def unreachable_nodes(engines: dict[str, str], timeout: float = 2.0) -> set[str]:
+    """The IDs of the nodes whose engine (``engines``: node ID -> address) does not answer now.
+
+    The manager takes a node for down only after missing its heartbeats for several seconds,
+    and until then lists its tasks as running; its engine not answering is the sooner sign."""
+    if not engines:
+        return set()
+    sdk = __import__("docker")
+    lost = set()
+    for node_id, address in engines.items():
+        try:
+            client = sdk.DockerClient(base_url=address, timeout=timeout)
+            try:
+                client.ping()
+            finally:
+                client.close()
+        except (sdk.errors.DockerException, OSError):  # requests' errors are OSErrors
+            lost.add(node_id)
+    return lost
 
 
 def docker_cli() -> str:

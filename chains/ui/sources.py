@@ -12,7 +12,7 @@ from typing import Any
 from chains.deploy import find_state
 from chains.errors import ChainsUsageError
 from chains.graph import ChainGraph, Edge, Node
-from chains.targets import is_alive
+from chains.targets import is_alive, wording
 from chains.targets.state import ChainState, Deployment, DeploymentChainlet, chain_dir, same_process
 
 __all__ = ["ChainView", "DeploymentInfo", "graph_of", "read_deployment"]
@@ -159,6 +159,7 @@ class ChainView:
             "entrypoint_kind": state.entrypoint_kind,
             "entrypoint_url": state.entrypoint_url,
             "supervisor_alive": is_alive(state),
+            "not_running": wording(state).gone_detail,  # the banner's words when it is not alive
             "updated_at": state.updated_at,
             "processes": processes,
         }

@@ -12,6 +12,9 @@ import chains
 MAX_NAMES = 100
 
 
+# One replica, as the smallest chain: on a swarm its calls fail while its node is lost and
+# until the swarm has replaced it; add remote_config = chains.RemoteConfig(compute=
+# chains.Compute(replicas=2)) for a node's loss to leave one (docs/deploy.md, 3a).
 class Greeter(chains.ChainletBase):
     """Greets one person."""
 

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from tests.docker.conftest import BASE_IMAGE, ROOT, unavailable
-from tests.helpers import wait_until
+from tests.docker.host_state import changes, host_state
+from tests.helpers import unique_port, wait_until
 
 SCRIPT = ROOT / "docker" / "start-engine.sh"
 
@@ -59,28 +60,37 @@ def docker(host: str, *args: str, timeout: float = 120, **kwargs: Any) -> subpro
     return subprocess.run(["docker", *args], env=env, capture_output=True, timeout=timeout, **kwargs)
 
 
+def load_base_image(host: str) -> None:
+    """The base image, copied from the session's engine into the engine at ``host``."""
+    session_host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    with subprocess.Popen(
+        ["docker", "save", BASE_IMAGE],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "DOCKER_HOST": session_host},
+    ) as saved:
+        loaded = docker(host, "load", "-q", stdin=saved.stdout)
+        assert saved.wait(timeout=120) == 0
+    assert loaded.returncode == 0, loaded.stderr
+
+
+def engine_folder() -> Path:
+    # Short: the engine's sockets live in it, and socket paths are limited to 107 bytes.
+    return Path(tempfile.mkdtemp(prefix="chains-engine-", dir="/tmp")).resolve()
+
+
 @pytest.fixture
 def own_engine(engine: Any) -> Iterator[tuple[Path, str]]:
     """A second engine, started by the script in a folder of the test's own, holding the base
     image copied from the session's engine: (folder, its DOCKER_HOST)."""
     if os.geteuid() != 0 or shutil.which("dockerd") is None or shutil.which("docker") is None:
         unavailable("starting an engine needs root, dockerd and the docker command")
-    # Short: the engine's sockets live in it, and socket paths are limited to 107 bytes.
-    folder = Path(tempfile.mkdtemp(prefix="chains-engine-", dir="/tmp")).resolve()
+    folder = engine_folder()
     try:
         started = subprocess.run([str(SCRIPT), str(folder)], capture_output=True, text=True, timeout=90)
         assert started.returncode == 0, started.stderr
         host = started.stdout.strip().removeprefix("export DOCKER_HOST=")
         assert host == f"unix://{folder}/docker.sock"
-        session_host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        with subprocess.Popen(
-            ["docker", "save", BASE_IMAGE],
-            stdout=subprocess.PIPE,
-            env={**os.environ, "DOCKER_HOST": session_host},
-        ) as saved:
-            loaded = docker(host, "load", "-q", stdin=saved.stdout)
-            assert saved.wait(timeout=120) == 0
-        assert loaded.returncode == 0, loaded.stderr
+        load_base_image(host)
         yield folder, host
     finally:
         if folder.exists():  # the test failed before its own --stop: clean up, loudly
@@ -155,3 +165,84 @@ def test_stop_fails_loudly_when_the_folder_cannot_be_removed(tmp_path: Path) -> 
     assert result.returncode == 1
     assert f"error: {folder} could not be removed" in result.stderr
     assert "stuck" in result.stderr  # rm's own words name what is left
+
+
+def _publish_a_port(host: str) -> None:
+    """A network of the engine's own and a container publishing a port on it: the engine's
+    bridge rules, its nat rules, and the jumps into its chains."""
+    made = docker(host, "network", "create", "chains-teardown")
+    assert made.returncode == 0, made.stderr
+    ran = docker(
+        host, "run", "-d", "--network", "chains-teardown", "-p", f"127.0.0.1:{unique_port()}:8000",
+        BASE_IMAGE, "sleep", "300",
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+
+
+@pytest.mark.docker
+def test_stop_puts_back_the_firewall_forwarding_and_mounts_of_a_namespace_it_had_alone(
+    engine: Any,
+) -> None:
+    """An engine alone in its network namespace: what it changed there (its chains, their jumps,
+    FORWARD's policy, forwarding) is all undone by --stop, as on a machine with no other engine."""
+    if os.geteuid() != 0 or shutil.which("dockerd") is None or shutil.which("nsenter") is None:
+        unavailable("starting an engine in a network namespace needs root, dockerd, unshare and nsenter")
+    # A namespace held by a process of the test's own (not `ip netns add`, which would mount
+    # /run/netns on this machine).
+    holder = subprocess.Popen(["unshare", "--net", "sleep", "600"])
+    netns = Path(f"/proc/{holder.pid}/ns/net")
+    host_net = os.readlink("/proc/self/ns/net")
+    wait_until(lambda: os.readlink(netns) != host_net, 10, "the namespace of the test's own")
+    inside = ["nsenter", f"--net={netns}"]
+    folder = engine_folder()
+    try:
+        # Forwarding off, as on a machine that never ran an engine: the engine then also sets
+        # FORWARD's policy to DROP.
+        subprocess.run([*inside, "sysctl", "-qw", "net.ipv4.ip_forward=0"], check=True, timeout=30)
+        subprocess.run([*inside, "ip", "link", "set", "lo", "up"], check=True, timeout=30)
+        before = host_state(netns)
+        started = subprocess.run(
+            [*inside, str(SCRIPT), str(folder)], capture_output=True, text=True, timeout=90
+        )
+        assert started.returncode == 0, started.stderr
+        host = started.stdout.strip().removeprefix("export DOCKER_HOST=")
+        load_base_image(host)
+        _publish_a_port(host)
+        changed = changes(before, host_state(netns))
+        for expected in ("+ filter -N DOCKER", "+ nat -N DOCKER", "+ nat -A DOCKER", "forwarding: 0 -> 1"):
+            assert any(line.startswith(expected) for line in changed), changed
+        assert "+ filter -P FORWARD DROP" in changed, changed
+
+        stopped = subprocess.run(
+            [*inside, str(SCRIPT), "--stop", str(folder)], capture_output=True, text=True, timeout=120
+        )
+        assert stopped.returncode == 0, stopped.stderr
+        assert changes(before, host_state(netns)) == []
+    finally:
+        if folder.exists():
+            subprocess.run([*inside, str(SCRIPT), "--stop", str(folder)], timeout=120, check=False)
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+@pytest.mark.docker
+def test_stop_beside_another_engine_leaves_this_namespace_as_it_was(engine: Any) -> None:
+    """Beside the session's engine, which shares the chains and the policy: --stop removes this
+    engine's bridges, their rules and the jumps it added, and leaves the rest to that engine."""
+    if os.geteuid() != 0 or shutil.which("dockerd") is None:
+        unavailable("starting an engine needs root and dockerd")
+    before = host_state()
+    folder = engine_folder()
+    try:
+        started = subprocess.run([str(SCRIPT), str(folder)], capture_output=True, text=True, timeout=90)
+        assert started.returncode == 0, started.stderr
+        host = started.stdout.strip().removeprefix("export DOCKER_HOST=")
+        load_base_image(host)
+        _publish_a_port(host)
+        assert any(line.startswith("+ filter -A FORWARD -o br-") for line in changes(before, host_state()))
+        stopped = stop(folder)
+        assert stopped.returncode == 0, stopped.stderr
+        assert changes(before, host_state()) == []
+    finally:
+        if folder.exists():
+            stop(folder)

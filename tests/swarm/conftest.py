@@ -4,7 +4,9 @@ The session's ``swarm`` fixture starts the cluster once with ``docker/swarm-clus
 in this host's namespace, node 2 behind a veth pair), puts the chainlets' base image
 ``CHAINS_TEST_BASE_IMAGE`` (default ``chains-python:bookworm``) on node 1, the manager, where
 pushes build (node 2 gets the layers with the images each push loads there), and removes it
-all at the end. The base image is copied from the engine ``DOCKER_HOST`` names when that one
+all at the end. It reads the machine's state first (:mod:`tests.docker.host_state`), for
+``test_swarm_teardown.py`` to compare with after a stop (it then starts the cluster again).
+The base image is copied from the engine ``DOCKER_HOST`` names when that one
 has it (CI builds it there), else built on node 1 with ``docker/build-base-image.sh``.
 
 The tests need root, dockerd (Debian: ``apt-get install docker.io iproute2 iptables``) and
@@ -33,6 +35,7 @@ from typing import Any
 import pytest
 
 from tests import helpers
+from tests.docker.host_state import HostState, host_state
 
 REQUIRED = os.environ.get("CHAINS_REQUIRE_SWARM") == "1"
 BASE_IMAGE = os.environ.get("CHAINS_TEST_BASE_IMAGE") or "chains-python:bookworm"
@@ -65,6 +68,17 @@ class Swarm:
 
     folder: Path
     env: dict[str, str]  # DOCKER_HOST (node 1, the manager), CHAINS_SWARM_NODES (node 2), ...
+    before: HostState | None = None  # the machine before the cluster started (None: kept running)
+    outer: str | None = None  # the engine the base image is copied from
+
+    def restart(self) -> HostState:
+        """Stop the cluster, read the machine's state, start it again (with the base image):
+        the state in between."""
+        stop_cluster(self.folder)
+        between = host_state()
+        self.env = _start(self.folder)
+        _place_base_image(self, self.outer)
+        return between
 
     @property
     def node1(self) -> str:
@@ -158,6 +172,22 @@ def _place_base_image(swarm: Swarm, outer: str | None) -> None:
             run(str(ROOT / "docker" / "build-base-image.sh"), BASE_IMAGE, env=env, timeout=1200)
 
 
+def _start(folder: Path) -> dict[str, str]:
+    """Start the cluster in ``folder`` (or find it running there): the variables it prints."""
+    out = run(str(SCRIPT), "start", str(folder), timeout=180)
+    env = {}
+    for line in out.splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = value
+    return env
+
+
+def stop_cluster(folder: Path) -> None:
+    """``swarm-cluster.sh stop``: fails loudly when anything could not be removed."""
+    run(str(SCRIPT), "stop", str(folder), timeout=180)
+
+
 @pytest.fixture(scope="session")
 def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
     """The two-node swarm, started once for the session and removed after it."""
@@ -165,27 +195,22 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
     kept = os.environ.get("CHAINS_SWARM_DIR")
     folder = Path(kept) if kept else tmp_path_factory.mktemp("swarm")
     outer = os.environ.get("DOCKER_HOST")
+    before = None if kept else host_state()
     try:
-        out = run(str(SCRIPT), "start", str(folder), timeout=180)
+        env = _start(folder)
     except AssertionError as exc:
         with contextlib.suppress(AssertionError):
             if not kept:
-                run(str(SCRIPT), "stop", str(folder), timeout=180)
+                stop_cluster(folder)
         unavailable(f"the two-node swarm did not start: {exc}")
         raise
-    env = {}
-    for line in out.splitlines():
-        if line.startswith("export ") and "=" in line:
-            key, _, value = line.removeprefix("export ").partition("=")
-            env[key] = value
-    cluster = Swarm(folder, env)
+    cluster = Swarm(folder, env, before=before, outer=outer)
     try:
         _place_base_image(cluster, outer)
         yield cluster
     finally:
         if not kept:
-            # Fails the session loudly when anything could not be removed.
-            run(str(SCRIPT), "stop", str(folder), timeout=180)
+            stop_cluster(folder)
 
 
 @pytest.fixture(scope="session")

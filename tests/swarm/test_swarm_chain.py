@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import dashboard, origin_of, write_chain
+from tests.helpers import dashboard, origin_of, unique_port, write_chain
 from tests.swarm.conftest import Cli, Swarm, remove_stack, service_tasks
 
 THREE = '''
@@ -130,7 +130,9 @@ def three(
     finally:
         local.run("stop", "sw-three")
     cli = Cli(swarm, folder / "home", cache_dir)
-    pushed, progress = cli.push_reporting(str(file), "--secret", "leaf_key=s3cret", "--timeout", "180")
+    pushed, progress = cli.push_reporting(
+        str(file), "--secret", "leaf_key=s3cret", "--timeout", "180", "--port", str(unique_port())
+    )
     yield {"cli": cli, "file": file, "pushed": pushed, "progress": progress, "reference": reference}
     cli.run("stop", "sw-three", check=False)
     remove_stack(swarm, "sw-three")
@@ -406,11 +408,16 @@ def test_stopping_node_2s_dockerd_under_load(
     for thread in threads:
         thread.start()
     restored_at = None
+    gone_after = None
+    cli: Cli = three["cli"]
     try:
         time.sleep(2.0)  # the callers in full swing
         stopped_at = time.monotonic()
         swarm.stop_node2()
         while time.monotonic() - started < MAX_SECONDS:
+            on_node2 = _on_node2(cli) if gone_after is None else []
+            if on_node2 and all(p["state"] == "gone" for p in on_node2):
+                gone_after = time.monotonic() - stopped_at
             if all(_running_on(swarm, s) == [node1, node1] for s in services):
                 restored_at = time.monotonic()
                 break
@@ -428,6 +435,7 @@ def test_stopping_node_2s_dockerd_under_load(
         "calls": calls[0],
         "failed": len(failures),
         "restored_after_s": None if restored_at is None else round(restored_at - stopped_at, 1),
+        "status_gone_after_s": None if gone_after is None else round(gone_after, 1),
         "failures": sorted(set(failures))[:5],
     }
     record_property("node_stop", json.dumps(figures))
@@ -437,6 +445,34 @@ def test_stopping_node_2s_dockerd_under_load(
     )
     assert calls[0] > CALLERS * 10, figures
     assert failures == [], figures
+    # `chains status` read the tasks live: node 2's replicas were "gone" within the services'
+    # health-check period (the manager alone lists them as running for longer), and the
+    # replacements count as restarts of their slots.
+    assert gone_after is not None and gone_after <= HEALTH_CHECK_PERIOD_SEC, figures
+    state = cli.state("sw-three")
+    moved = [p for p in state["processes"] if p["chainlet"] != "Entry" and p["restarts"] >= 1]
+    assert len(moved) >= len(services), state["processes"]
+    assert all(p["state"] == "ready" for p in state["processes"]), state["processes"]
+
+
+HEALTH_CHECK_PERIOD_SEC = 2 * 3 + 3  # compose.py: a 2 s interval, 3 retries, a 3 s timeout
+
+
+def _on_node2(cli: Cli) -> list[dict[str, Any]]:
+    """The chain's replicas on node 2, as `chains status --json` shows them."""
+    return [p for p in cli.state("sw-three")["processes"] if str(p["container"]).endswith(" on chains-node2")]
+
+
+def test_status_names_services_and_their_https_urls(three: dict[str, Any]) -> None:
+    """What status shows of a swarm chain: the internal chainlets at the https:// URL they
+    serve (TLS between chainlets is on), in the swarm's words, not the local supervisor's."""
+    cli: Cli = three["cli"]
+    state = cli.state("sw-three")
+    internal = [p for p in state["processes"] if p["chainlet"] != "Entry"]
+    assert internal and all(p["url"].startswith("https://") for p in internal), internal
+    shown = cli.run("status", "sw-three")
+    assert "supervisor" not in shown.stdout + shown.stderr
+    assert "https://sw-three-mid:8000" in shown.stdout
 
 
 # -- re-push and stop ----------------------------------------------------------------------------
@@ -457,7 +493,7 @@ def test_repush_rolls_every_service_over_and_keeps_the_url(swarm: Swarm, three: 
 
 def test_stop_removes_services_network_and_secrets(swarm: Swarm, three: dict[str, Any]) -> None:
     cli: Cli = three["cli"]
-    assert "stopped chain 'sw-three'" in cli.run("stop", "sw-three").stdout
+    assert "stopped chain 'sw-three' (3 service(s))" in cli.run("stop", "sw-three").stdout
     assert swarm.docker("service", "ls", "-q", "--filter", "label=com.docker.stack.namespace=sw-three") == ""
     assert swarm.docker("network", "ls", "-q", "--filter", "label=com.docker.stack.namespace=sw-three") == ""
     assert swarm.docker("secret", "ls", "-q", "--filter", "label=chains.chain=sw-three") == ""

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from chains.streaming import SSE
+from tests.helpers import unique_port
 from tests.swarm.conftest import ROOT, Cli, Swarm, remove_stack
 
 STREAMING = ROOT / "examples" / "streaming" / "chain.py"
@@ -44,7 +45,9 @@ def test_streaming_example_matches_the_local_target(swarm: Swarm, tmp_path: Path
         local.run("stop", "sw-streaming")
     cli = Cli(swarm, tmp_path / "home", cache_dir)
     try:
-        pushed = cli.push(str(STREAMING), "--name", "sw-streaming", "--timeout", "180")
+        pushed = cli.push(
+            str(STREAMING), "--name", "sw-streaming", "--timeout", "180", "--port", str(unique_port())
+        )
         found = _stream_forms(pushed["entrypoint_url"])
         assert found == reference
         assert found["raw"][2] == "[4 tokens for 'to be'] to be to be\n[usage: 4 tokens; {\"tokens\":4}]"

@@ -45,7 +45,7 @@ function renderOverview(overview) {
   $("chain-meta").textContent =
     `target ${overview.target} · entrypoint ${overview.entrypoint} at ${overview.entrypoint_url} · deployment ${overview.deployment}` +
     (overview.api_key ? " · API key required" : "");
-  banner(overview.supervisor_alive ? "" : "the chain's supervisor is gone: its chainlets are not supervised (push it again)");
+  banner(overview.supervisor_alive ? "" : `the chain does not run: ${overview.not_running} (push it again)`);
   overview.chainlets.forEach((c, i) => { state.colors[c.name] = COLORS[i % COLORS.length]; });
   const graph = $("graph");
   if (graph.dataset.deployment !== overview.deployment) {
