@@ -237,6 +237,7 @@ def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
     example = json.dumps(example_arguments(chain.entrypoint.endpoint))
     curl = (
         f"curl -sN {state.entrypoint_url}/run_remote -H 'Content-Type: application/json' "
+        + (f"--cacert {shlex.quote(state.entrypoint_ca)} " if state.entrypoint_ca else "")
         + ('-H "Authorization: Bearer $CHAINS_API_KEY" ' if with_key else "")
         + f"-d {shlex.quote(example)}"
     )
