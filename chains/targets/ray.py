@@ -15,7 +15,10 @@ What maps to what:
 - ``CHAINS_GRACE_SEC`` -> ``graceful_shutdown_timeout_s``
 
 Replicas, their nodes and their logs are read through Ray's dashboard API, which the head
-node serves (``ray start --head`` starts it unless told not to).
+node serves (``ray start --head`` starts it unless told not to): ``chains status`` and
+``chains ui`` read them live through :meth:`RayTarget.alive` (``chains.targets.ray_replicas``).
+Connecting as a driver (push, stop) is ``chains.targets.ray_connect``'s: it refuses in
+seconds what Ray would hang on, and lets Ctrl-C through.
 
 When Serve's proxy serves HTTPS (Serve started with ``http_options`` ``ssl_certfile`` and
 ``ssl_keyfile``), the chainlets call their dependencies at ``https://`` URLs, so that the
@@ -205,6 +208,9 @@ def deployment_options(spec: ChainletSpec) -> dict[str, Any]:
         "ray_actor_options": _actor_options(spec),
         "max_ongoing_requests": compute.concurrency,
         "graceful_shutdown_timeout_s": _grace(spec),
+        # The chainlet logs one line per call itself; Serve's access line and its INFO chatter
+        # in the replica (health checks, say) would double it.
+        "logging_config": {"enable_access_log": False, "log_level": "WARNING"},
     }
     if compute.autoscale is not None:
         options["autoscaling_config"] = {

@@ -130,6 +130,19 @@ def test_status_and_the_dashboard_show_the_replicas_where_serve_moved_them_after
             ray_cluster.start_worker()
 
 
+def test_a_call_logs_one_line_on_ray_as_on_every_target(cli: Cli) -> None:
+    cli.push(str(PAIR))
+    calls = 3
+    for _ in range(calls):
+        answer = cli.run("call", "ray-pair", "--json", '{"text": "one line"}').stdout
+        assert json.loads(answer) == ["ONE", "LINE"]
+    logged = cli.run("logs", "ray-pair", "--lines", "10000").stdout.splitlines()
+    # Per call, Entry's line and Upper's: chains' own; none of Serve's access lines (`-- POST /...`).
+    assert sum("chains.requests: Entry 200" in line for line in logged) == calls, logged
+    assert sum("chains.requests: Upper 200" in line for line in logged) == calls, logged
+    assert not [line for line in logged if " -- POST " in line or " -- GET " in line], logged
+
+
 def _without_tls(env: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if name not in TLS_VARIABLES}
 
