@@ -130,10 +130,17 @@ def test_status_and_the_dashboard_show_the_replicas_where_serve_moved_them_after
             ray_cluster.start_worker()
 
 
-def test_a_call_logs_one_line_on_ray_as_on_every_target(cli: Cli) -> None:
-    cli.push(str(PAIR))
+def test_the_pushs_curl_line_works_and_a_call_logs_one_line_on_ray(cli: Cli) -> None:
+    out = cli.run("push", str(PAIR), "--target", "ray").stdout
+    # The proxy's certificate is of the cluster's own authority: the line names it for curl.
+    curl = next(line for line in out.splitlines() if line.startswith("try: curl"))
+    assert " --cacert " in curl, curl
+    tried = subprocess.run(
+        curl.removeprefix("try: "), shell=True, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert tried.returncode == 0 and json.loads(tried.stdout) == ["HELLO"], tried
     calls = 3
-    for _ in range(calls):
+    for _ in range(calls - 1):
         answer = cli.run("call", "ray-pair", "--json", '{"text": "one line"}').stdout
         assert json.loads(answer) == ["ONE", "LINE"]
     logged = cli.run("logs", "ray-pair", "--lines", "10000").stdout.splitlines()
