@@ -314,7 +314,10 @@ class RayTarget:
         try:
             context = connect(address, generated_dir)
             dashboard = _dashboard_url(context)
-            details = serve_details(dashboard)
+            try:
+                details: Mapping[str, Any] = serve_details(dashboard)
+            except ChainsRuntimeError:
+                details = {}  # asked again once Serve runs: then it says what is wrong
             if not details.get("proxies"):
                 # Only when Serve is not running yet (its options are fixed once it runs): one
                 # proxy, on the head, reachable from the other nodes, whose replicas call through it.
