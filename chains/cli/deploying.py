@@ -306,7 +306,7 @@ def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
         for p in state.processes
     ]
     table = terminal.table(rows, terminal=terminal.is_terminal(), state_column=3)
-    try_it = _try_line(chain, state.chain, state.entrypoint_url, with_key)
+    try_it = _try_line(chain, state.chain, state.entrypoint_url, with_key, state.entrypoint_ca)
     return (
         f"chain {state.chain!r} is running (target {state.target})\n{table}\n"
         f"entrypoint: {state.entrypoint_url}  (its API, with a form to try it: {state.entrypoint_url}/docs)\n"
@@ -316,7 +316,7 @@ def _push_table(chain: Chain, state: Any, with_key: bool = False) -> str:
     )
 
 
-def _try_line(chain: Chain, name: str, url: str, with_key: bool) -> str:
+def _try_line(chain: Chain, name: str, url: str, with_key: bool, ca: str | None) -> str:
     """A first call that works: curl for HTTP endpoints; for a WebSocket one (which answers a
     POST with 426) ``chains call`` and a websocat line."""
     from chains.server.openapi import example_arguments
@@ -332,6 +332,7 @@ def _try_line(chain: Chain, name: str, url: str, with_key: bool) -> str:
     example = json.dumps(example_arguments(endpoint))
     return (
         f"curl -sN {url}/run_remote -H 'Content-Type: application/json' "
+        + (f"--cacert {shlex.quote(ca)} " if ca else "")
         + (f"-H {bearer} " if with_key else "")
         + f"-d {shlex.quote(example)}"
     )

@@ -64,25 +64,26 @@ def status(name: str | None, as_json: bool) -> None:
             except ChainsError as exc:
                 click.echo(f"{chain_name}  unreadable  ({exc}); `chains stop {chain_name}` cleans up")
                 continue
+            alive = is_alive(state)  # first: a target may refresh the processes as it looks
             ready = sum(p.state == "ready" for p in state.processes)
-            health = _health(state) if is_alive(state) else f"stale ({wording(state).gone})"
+            health = _health(state) if alive else f"stale ({wording(state).gone})"
             click.echo(
                 f"{state.chain}  {health}  {ready}/{len(state.processes)} ready  {state.entrypoint_url}"
             )
         return
     state = guarded(lambda: find_state(name))
-    running = is_alive(state)  # which also refreshes what a target reads live (tasks, containers)
+    alive = is_alive(state)  # first: a target may refresh the processes as it looks
     if as_json:
         click.echo(state.model_dump_json(indent=2))
         return
-    if not running:
+    if not alive:
         click.echo(
             f"chain {name!r} is stale: {wording(state).gone_detail}; "
             f"run `chains stop {name}` to clean up, or push it again",
             err=True,
         )
     failed = _failed_chainlets(state)
-    if failed and running:
+    if failed and alive:
         click.echo(
             f"chain {name!r} is degraded: {', '.join(failed)} failed for good and "
             f"{'is' if len(failed) == 1 else 'are'} not running; bring "
@@ -93,8 +94,8 @@ def status(name: str | None, as_json: bool) -> None:
     rows: list[tuple[str, ...]] = [("CHAINLET", "URL", "PID", "STATE", "RESTARTS", "UPTIME")]
     for p in state.processes:
         # Other targets report their processes' health in the state itself.
-        alive = same_process(p.pid, p.identity) if state.target == "local" else p.state == "ready"
-        shown = p.state if alive or p.state in ("failed", "stopped", "restarting") else "gone"
+        running = same_process(p.pid, p.identity) if state.target == "local" else p.state == "ready"
+        shown = p.state if running or p.state in ("failed", "stopped", "restarting") else "gone"
         rows.append(
             (
                 p.chainlet + (f"[{p.replica}]" if len(state.replicas(p.chainlet)) > 1 else ""),
@@ -102,9 +103,13 @@ def status(name: str | None, as_json: bool) -> None:
                 str(p.pid or "-"),
                 shown,
                 str(p.restarts),
-                _uptime(p.started_at) if alive else "-",
+                _uptime(p.started_at) if running else "-",
             )
         )
+    if any(p.node for p in state.processes):  # targets of many machines: where each replica runs
+        rows = [
+            (*r, n) for r, n in zip(rows, ["NODE", *(p.node or "-" for p in state.processes)], strict=True)
+        ]
     try:  # the ray target's replicas answer at its proxy, whose authority the entrypoint's is
         verify: ssl.SSLContext | bool = state.entrypoint_context() or True
     except ChainsUsageError:

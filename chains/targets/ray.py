@@ -15,7 +15,10 @@ What maps to what:
 - ``CHAINS_GRACE_SEC`` -> ``graceful_shutdown_timeout_s``
 
 Replicas, their nodes and their logs are read through Ray's dashboard API, which the head
-node serves (``ray start --head`` starts it unless told not to).
+node serves (``ray start --head`` starts it unless told not to): ``chains status`` and
+``chains ui`` read them live through :meth:`RayTarget.alive` (``chains.targets.ray_replicas``).
+Connecting as a driver (push, stop) is ``chains.targets.ray_connect``'s: it refuses in
+seconds what Ray would hang on, and lets Ctrl-C through.
 
 When Serve's proxy serves HTTPS (Serve started with ``http_options`` ``ssl_certfile`` and
 ``ssl_keyfile``), the chainlets call their dependencies at ``https://`` URLs, so that the
@@ -30,18 +33,18 @@ The chain's state records it as the entrypoint's authority (``entrypoint_ca``), 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import secrets
 import shutil
 import ssl
+import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,16 @@ from chains.progress import Board, Stage
 from chains.targets import running_target
 from chains.targets.environment import chainlet_environment
 from chains.targets.options import RayOptions
+from chains.targets.ray_connect import INSTALL_HINT, connect
+from chains.targets.ray_replicas import (
+    ReplicaInfo,
+    dashboard_error,
+    get_json,
+    live_processes,
+    replacements,
+    replicas,
+    serve_details,
+)
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -74,10 +87,8 @@ PROXY_CA_ENV = "CHAINS_RAY_PROXY_CA_FILE"
 # directory on every node (relative, as that directory's path differs from node to node).
 _PROXY_CA_NAME = "proxy-ca.pem"
 
-_HTTP_TIMEOUT = 10.0
 _POLL_SEC = 0.5
 _RECORD = "ray.json"
-_INSTALL_HINT = "the ray target needs Ray Serve: pip install 'chains-sdk[ray]'"
 
 
 def _ray() -> tuple[Any, Any]:
@@ -85,22 +96,8 @@ def _ray() -> tuple[Any, Any]:
         import ray
         from ray import serve
     except ImportError:
-        raise ChainsUsageError(_INSTALL_HINT) from None
+        raise ChainsUsageError(INSTALL_HINT) from None
     return ray, serve
-
-
-@dataclass(frozen=True)
-class ReplicaInfo:
-    """One running replica of a chainlet, as Serve reports it."""
-
-    chainlet: str
-    replica_id: str
-    state: str
-    node_id: str
-    node_ip: str
-    pid: int | None
-    actor_id: str
-    started_at: float
 
 
 @dataclass(frozen=True)
@@ -111,6 +108,9 @@ class _Record:
     dashboard_url: str
     proxy_url: str
     apps: dict[str, str]  # chainlet -> Serve application name
+    # Replicas of each chainlet that Ray remembers dead, not stopped by Serve, at the push:
+    # the restarts of an earlier deployment, left out of this one's.
+    restarts_before: dict[str, int] = field(default_factory=dict)
 
     def save(self, deploy_dir: Path) -> None:
         write_private(deploy_dir / _RECORD, json.dumps(self.__dict__, indent=2))
@@ -133,45 +133,6 @@ def app_name(chain: str, chainlet: str) -> str:
 def route_prefix(chain: str, chainlet: str) -> str:
     """Where Serve's proxy routes calls to ``chainlet`` of ``chain``."""
     return "/" + "/".join(urllib.parse.quote(part, safe="") for part in (chain, chainlet))
-
-
-def _get_json(url: str, timeout: float = _HTTP_TIMEOUT, context: ssl.SSLContext | None = None) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
-        return json.loads(response.read())
-
-
-def _serve_details(dashboard_url: str) -> dict[str, Any]:
-    try:
-        details: dict[str, Any] = _get_json(f"{dashboard_url}/api/serve/applications/")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise ChainsRuntimeError(
-            f"Ray's dashboard at {dashboard_url} does not answer ({exc}); the ray target reads "
-            "replicas and logs through it: start the head node with --include-dashboard true"
-        ) from None
-    return details
-
-
-def replicas(dashboard_url: str, apps: Mapping[str, str]) -> list[ReplicaInfo]:
-    """Every replica of the chainlets ``apps`` (chainlet -> application), as Serve reports them."""
-    details = _serve_details(dashboard_url)
-    found = []
-    for chainlet, app in apps.items():
-        application = (details.get("applications") or {}).get(app) or {}
-        deployment = (application.get("deployments") or {}).get(chainlet) or {}
-        for replica in deployment.get("replicas") or []:
-            found.append(
-                ReplicaInfo(
-                    chainlet=chainlet,
-                    replica_id=str(replica.get("replica_id", "")),
-                    state=str(replica.get("state", "")),
-                    node_id=str(replica.get("node_id") or ""),
-                    node_ip=str(replica.get("node_ip") or ""),
-                    pid=replica.get("pid"),
-                    actor_id=str(replica.get("actor_id") or ""),
-                    started_at=float(replica.get("start_time_s") or 0.0),
-                )
-            )
-    return found
 
 
 def _proxy_url(details: Mapping[str, Any]) -> str:
@@ -247,6 +208,9 @@ def deployment_options(spec: ChainletSpec) -> dict[str, Any]:
         "ray_actor_options": _actor_options(spec),
         "max_ongoing_requests": compute.concurrency,
         "graceful_shutdown_timeout_s": _grace(spec),
+        # The chainlet logs one line per call itself; Serve's access line and its INFO chatter
+        # in the replica (health checks, say) would double it.
+        "logging_config": {"enable_access_log": False, "log_level": "WARNING"},
     }
     if compute.autoscale is not None:
         options["autoscaling_config"] = {
@@ -305,28 +269,6 @@ def _previous_token(previous: ChainState | None) -> str | None:
     return None
 
 
-def _connect(address: str | None, working_dir: Path | None = None) -> Any:
-    ray, _ = _ray()
-    # Serve narrates every step at INFO on the pushing terminal; its warnings and errors stay.
-    logging.getLogger("ray.serve").setLevel(logging.WARNING)
-    target = address or os.environ.get("RAY_ADDRESS") or "auto"
-    try:
-        return ray.init(
-            address=target,
-            runtime_env={"working_dir": str(working_dir)} if working_dir is not None else None,
-            namespace="chains",
-            logging_level="ERROR",
-            log_to_driver=False,
-            configure_logging=False,
-            ignore_reinit_error=True,
-        )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ChainsRuntimeError(
-            f"cannot connect to the Ray cluster at {target!r}: {exc}; pass --address ray://HEAD:10001 "
-            "(Ray Client) or HEAD:PORT (the head's GCS), or set RAY_ADDRESS"
-        ) from None
-
-
 def _address_of(context: Any, given: str | None) -> str:
     """The address to reach the cluster again (for ``stop``): a Ray Client address as given,
     otherwise the head's GCS address that ``auto`` or ``$RAY_ADDRESS`` resolved to."""
@@ -369,13 +311,19 @@ class RayTarget:
         # A re-push without --address (--watch's, say) goes where the running deployment is.
         earlier = _Record.load(previous) if previous is not None and previous.target == "ray" else None
         address = options.address or (earlier.address if earlier else None)
-        context = _connect(address, generated_dir)
         try:
+            context = connect(address, generated_dir)
             dashboard = _dashboard_url(context)
-            # Only when Serve is not running yet (its options are fixed once it runs): one proxy,
-            # on the head, reachable from the other nodes, whose replicas call through it.
-            serve.start(proxy_location="HeadOnly", http_options={"host": "0.0.0.0"})
-            proxy = _proxy_url(_serve_details(dashboard))
+            try:
+                details: Mapping[str, Any] = serve_details(dashboard)
+            except ChainsRuntimeError:
+                details = {}  # asked again once Serve runs: then it says what is wrong
+            if not details.get("proxies"):
+                # Only when Serve is not running yet (its options are fixed once it runs): one
+                # proxy, on the head, reachable from the other nodes, whose replicas call through it.
+                serve.start(proxy_location="HeadOnly", http_options={"host": "0.0.0.0"})
+                details = serve_details(dashboard)
+            proxy = _proxy_url(details)
             if proxy_ca is not None and not proxy.startswith("https://"):
                 raise ChainsUsageError(
                     f"{PROXY_CA_ENV} is set but Serve's proxy serves plain HTTP ({proxy}): start Serve "
@@ -397,7 +345,9 @@ class RayTarget:
                 chainlets=DeploymentChainlet.all_of(chain, generated_dir, versions, envs),
             )
             write_private(deploy_dir / "deployment.json", deployment.model_dump_json(indent=2))
-            record = _Record(_address_of(context, address), dashboard, proxy, apps)
+            record = _Record(
+                _address_of(context, address), dashboard, proxy, apps, replacements(dashboard, apps)
+            )
             record.save(deploy_dir)
             targets = []
             for spec in chain.chainlets:
@@ -459,6 +409,7 @@ class RayTarget:
                         pid=replica.pid,
                         state="ready" if replica.state == "RUNNING" else "starting",
                         started_at=replica.started_at,
+                        node=replica.node_ip,
                         directory=str(generated[spec.name].directory),
                         code_version=generated[spec.name].code_version,
                     )
@@ -476,13 +427,21 @@ class RayTarget:
         )
 
     def alive(self, state: ChainState) -> bool:
-        """Whether Serve's proxy still routes to the chain's entrypoint."""
+        """Whether Serve's proxy still routes to the chain's entrypoint; refreshes the state's
+        replicas from Ray as it goes (each one's node, process, state and restarts, as Serve
+        places and replaces them), so that ``chains status`` and ``chains ui`` show them live."""
         record = _Record.load(state)
         if record is None:
             return False
         try:
+            state.processes = live_processes(
+                record.dashboard_url, record.apps, state.processes, record.restarts_before
+            )
+        except ChainsRuntimeError:
+            return False  # the head's dashboard is gone: the cluster, or the chain's view of it
+        try:
             context = _proxy_context(state, record.proxy_url)
-            routes = _get_json(f"{record.proxy_url}/-/routes", timeout=5.0, context=context)
+            routes = get_json(f"{record.proxy_url}/-/routes", timeout=5.0, context=context)
         except (urllib.error.URLError, OSError, ValueError, ChainsUsageError):
             return False
         return isinstance(routes, dict) and route_prefix(state.chain, state.entrypoint) in routes
@@ -512,6 +471,8 @@ class RayTarget:
                     for raw in response:
                         line = raw.decode(errors="replace").rstrip("\n")
                         yield f"{label} | {line}" if several else line
+            except urllib.error.HTTPError as exc:
+                raise ChainsRuntimeError(_log_unreadable(label, replica, dashboard_error(exc))) from None
             except (urllib.error.URLError, OSError) as exc:
                 raise ChainsRuntimeError(
                     f"cannot read the log of {label} through Ray's dashboard: {exc}"
@@ -524,14 +485,39 @@ class RayTarget:
             return
         ray, serve = _ray()
         try:
-            _serve_details(record.dashboard_url)
+            serve_details(record.dashboard_url)
         except ChainsRuntimeError:
             return  # the cluster is gone, and the chain with it
-        _connect(record.address)
+        connect(record.address)
         try:
             _delete(serve, list(record.apps.values()), timeout=grace + 60.0)
+            others = sorted(_statuses(serve))
         finally:
             ray.shutdown()
+        # Serve itself (its controller, its proxy) outlives the chain: say so, and how to stop it.
+        running = f"{len(others)} other application(s) on it" if others else "no application on it now"
+        print(
+            f"Serve's controller and proxy keep running on the Ray cluster ({running}); to stop "
+            f"Serve too: serve shutdown --address {record.dashboard_url} -y",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _log_unreadable(label: str, replica: ReplicaInfo, reason: str) -> str:
+    """Why a replica's log cannot be read through the dashboard, and where else it is."""
+    where = (
+        f"; it is on that node, in Ray's log folder (session_latest/logs{replica.log_file}, "
+        "below the node's --temp-dir, /tmp/ray by default)"
+        if replica.log_file
+        else ""
+    )
+    return (
+        f"cannot read the log of {label} through Ray's dashboard: Ray says: {reason}. The head reads "
+        f"a node's logs through that node's dashboard agent: check that node {replica.node_ip} is "
+        f"alive (`ray status`; a replica Serve still lists on a lost node is replaced within "
+        f"seconds, try again) and that its Ray runs with its dashboard agent{where}"
+    )
 
 
 def _statuses(serve: Any) -> dict[str, tuple[str, str]]:
@@ -549,14 +535,21 @@ def _wait_running(serve: Any, apps: list[str], timeout: float) -> None:
 
 
 def _poll_running(serve: Any, apps: list[str], timeout: float, board: Board) -> None:
+    """Until every application runs; what Serve says of one still deploying (a replica it
+    cannot place, an ``__init__`` that takes long) is said as soon as Serve says it, and is
+    the cause the timeout names."""
     deadline = time.monotonic() + timeout
     current: dict[str, tuple[str, str]] = {}
+    said: dict[str, str] = {}
     while time.monotonic() < deadline:
         current = _statuses(serve)
         for name in apps:
-            status = current.get(name, ("", ""))[0] or "waiting"
+            status, message = current.get(name, ("", ""))
             stage = {"RUNNING": Stage.DONE, "DEPLOY_FAILED": Stage.FAILED}.get(status, Stage.WORKING)
-            board.update(name, stage, status.lower().replace("_", " "))
+            board.update(name, stage, (status or "waiting").lower().replace("_", " "))
+            if message and status not in ("RUNNING", "DEPLOY_FAILED") and said.get(name) != message:
+                said[name] = message
+                board.say(f"{name}: Serve says: {message}")
         failed = {
             name: current[name] for name in apps if name in current and current[name][0] == "DEPLOY_FAILED"
         }
@@ -567,12 +560,20 @@ def _poll_running(serve: Any, apps: list[str], timeout: float, board: Board) -> 
             return
         board.tick()
         time.sleep(_POLL_SEC)
-    waiting = [
-        f"{name} ({current.get(name, ('absent', ''))[0]})"
-        for name in apps
-        if current.get(name, ("", ""))[0] != "RUNNING"
+    waiting = [name for name in apps if current.get(name, ("", ""))[0] != "RUNNING"]
+    causes = [
+        f"{name} ({current.get(name, ('absent', ''))[0] or 'absent'})"
+        + (f": Serve says: {said[name]}" if name in said else "")
+        for name in waiting
     ]
-    raise ChainsRuntimeError(f"not running after {timeout:.0f}s: {', '.join(waiting)}")
+    hint = (
+        "; a replica asks Ray for its Compute's CPUs, memory and GPUs (1 CPU by default: "
+        "docs/deploy.md, Ray, Sizing): stop another chain to free them, ask for less in "
+        "Compute(...), or add a node, then push again"
+        if any("to be scheduled" in said.get(name, "") for name in waiting)
+        else ""
+    )
+    raise ChainsRuntimeError(f"not running after {timeout:.0f}s: {'; '.join(causes)}{hint}")
 
 
 def _delete(serve: Any, apps: list[str], timeout: float) -> None:

@@ -165,6 +165,7 @@ class ChainletProcess(pydantic.BaseModel):
     code_version: str = ""
     container: str | None = None  # docker target: the container's name
     image: str | None = None  # docker target: the image it runs
+    node: str | None = None  # targets of many machines (ray): the address of the node it runs on
 
 
 class ChainState(pydantic.BaseModel):

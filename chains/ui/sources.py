@@ -135,16 +135,18 @@ class ChainView:
     def overview(self) -> dict[str, Any]:
         """The chain's state as the page shows it, per replica."""
         state = self.state
+        alive = is_alive(state)  # first: a target may refresh the processes as it looks
         processes = []
         for p in state.processes:
-            alive = same_process(p.pid, p.identity) if state.target == "local" else p.state == "ready"
-            shown = p.state if alive or p.state in ("failed", "stopped", "restarting") else "gone"
+            running = same_process(p.pid, p.identity) if state.target == "local" else p.state == "ready"
+            shown = p.state if running or p.state in ("failed", "stopped", "restarting") else "gone"
             processes.append(
                 {
                     "chainlet": p.chainlet,
                     "replica": p.replica,
                     "url": p.url,
                     "pid": p.pid,
+                    "node": p.node,
                     "state": shown,
                     "restarts": p.restarts,
                     "started_at": p.started_at,
@@ -158,7 +160,7 @@ class ChainView:
             "entrypoint": state.entrypoint,
             "entrypoint_kind": state.entrypoint_kind,
             "entrypoint_url": state.entrypoint_url,
-            "supervisor_alive": is_alive(state),
+            "supervisor_alive": alive,
             "not_running": wording(state).gone_detail,  # the banner's words when it is not alive
             "updated_at": state.updated_at,
             "processes": processes,

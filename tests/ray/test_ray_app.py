@@ -66,6 +66,7 @@ def test_compute_becomes_ray_actor_options_replicas_and_limits() -> None:
         "ray_actor_options": {"num_cpus": 0.5, "memory": 2**30, "num_gpus": 2, "accelerator_type": "A10G"},
         "max_ongoing_requests": 8,
         "graceful_shutdown_timeout_s": 12.0,
+        "logging_config": {"enable_access_log": False, "log_level": "WARNING"},
         "num_replicas": 3,
     }
 

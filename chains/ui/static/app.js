@@ -71,6 +71,7 @@ function renderOverview(overview) {
       el("td", {}, String(p.replica)),
       el("td", { class: `state state-${p.state}` }, p.state),
       el("td", { class: "pid" }, p.pid ? String(p.pid) : "-"),
+      el("td", { class: "node" }, p.node || "-"),
       el("td", { class: "restarts" }, String(p.restarts)),
       el("td", {}, uptime(p.started_at, p.state)),
       el("td", {}, p.last_exit === null || p.last_exit === undefined ? "-" : String(p.last_exit)),
