@@ -65,7 +65,7 @@ _NAIVE = "Chainlets cannot be naively instantiated"
 class _ChainletMeta(type):
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         caller = sys._getframe(1)
-        where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+        where = _location(caller)
         inside = _running_chainlet(caller)
         if inside is not None:
             # Built inside another chainlet it would run in that chainlet's process, outside
@@ -85,8 +85,15 @@ class _ChainletMeta(type):
         return builder(cast(type[Chainlet], cls), args, kwargs)
 
 
+def _location(frame: FrameType) -> str:
+    """Where ``frame`` is, as a traceback writes it: a served chainlet's log then shows the
+    user's own file instead of its deployed copy (see :mod:`chains.source_map`)."""
+    return f'File "{frame.f_code.co_filename}", line {frame.f_lineno}'
+
+
 def _running_chainlet(frame: FrameType | None) -> str | None:
-    """``Class.method (file:line)`` of the chainlet method on the stack above ``frame``, if any.
+    """``Class.method (File "...", line N)`` of the chainlet method on the stack above
+    ``frame``, if any.
 
     Construction is rare (once per chainlet), so walking the stack costs nothing that matters;
     it sees through helper functions, which a check of the direct caller alone would miss.
@@ -96,8 +103,7 @@ def _running_chainlet(frame: FrameType | None) -> str | None:
         if code.co_argcount and code.co_varnames[0] == "self":
             owner = frame.f_locals.get("self")
             if isinstance(owner, Chainlet):
-                name = f"{type(owner).__name__}.{code.co_name}"
-                return f"{name} ({code.co_filename}:{frame.f_lineno})"
+                return f"{type(owner).__name__}.{code.co_name} ({_location(frame)})"
         frame = frame.f_back
     return None
 
@@ -153,9 +159,8 @@ class DependencyMarker:
         if name.startswith("__"):
             raise AttributeError(name)
         target = getattr(self.chainlet_cls, "__name__", repr(self.chainlet_cls))
-        caller = sys._getframe(1)
         raise ChainsRuntimeError(
-            f"{caller.f_code.co_filename}:{caller.f_lineno}: `chains.depends({target})` was used, "
+            f"{_location(sys._getframe(1))}: `chains.depends({target})` was used, "
             f"but not as an argument to the `__init__` of a chainlet, so there is no {target} "
             f"here (`.{name}` was asked for). Declare the dependency as the default of an "
             f"`__init__` parameter: `def __init__(self, dep=chains.depends({target})) -> None: "
