@@ -1,4 +1,4 @@
-import chains
+import chains  # chains: was `import truss_chains as chains`
 
 
 class FirstModel(chains.ModelBase):
