@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeVar, cast, overload
 
 from chains.checks import on_class_defined
 from chains.context import DeploymentContext
-from chains.model import Chainlet, ContextMarker, DependencyMarker, is_abstract
+from chains.model import Chainlet, ContextMarker, DependencyMarker, chainlet_name, is_abstract
 from chains.rpc_options import DEFAULT_RETRIES, DEFAULT_TIMEOUT_SEC
 
 __all__ = [
@@ -38,6 +38,21 @@ def construct(cls: type[Chainlet], args: tuple[Any, ...], kwargs: dict[str, Any]
     return instance
 
 
+class _ClassName:
+    """``Chainlet.name``: the class's own name, read from the class or an instance (Truss's)."""
+
+    def __get__(self, instance: object, owner: type) -> str:
+        return owner.__name__
+
+
+class _DisplayName:
+    """``Chainlet.display_name``: the name it is deployed under, ``RemoteConfig(name=...)`` or
+    the class name."""
+
+    def __get__(self, instance: object, owner: type[Chainlet]) -> str:
+        return chainlet_name(owner)
+
+
 class ChainletBase(Chainlet):
     """Base class of every chainlet: a Python class that runs as its own service.
 
@@ -52,6 +67,9 @@ class ChainletBase(Chainlet):
     """
 
     _chains_abstract: ClassVar[bool] = True
+    # Truss Chains' class attributes; a subclass may still define its own `name`.
+    name = _ClassName()
+    display_name = _DisplayName()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -75,6 +93,7 @@ class ModelBase(ChainletBase):
     """
 
     _chains_abstract: ClassVar[bool] = True
+    _chains_model: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # The endpoint rules, code generation and the server all work on run_remote: for a

@@ -31,8 +31,10 @@ from chains.model import (
     DependencySpec,
     chainlet_name,
     is_abstract,
+    is_model,
 )
 from chains.routes import check_routes
+from chains.rpc_options import StubOptions
 
 __all__ = [
     "NAME_RE",
@@ -116,9 +118,20 @@ def _check_class(cls: type[Chainlet], *, final: bool) -> tuple[list[Violation], 
                     "digits, '_' and '-'; set RemoteConfig(name=...)"
                 )
             )
+    init_violations, init_deferred = _check_init(cls, locator, final=final)
+    if is_model(cls) and _find("predict", cls) is None:
+        # Its endpoint is predict: the rules of run_remote would only repeat that it is missing.
+        violations.append(
+            locator.at_class(
+                "MODELs must have a `predict` method. Define `async def predict(self, ...) -> ...`, "
+                "or subclass chains.ChainletBase to serve `run_remote` instead"
+            )
+        )
+        return [*violations, *init_violations, *_check_is_healthy(cls, locator)], init_deferred, None
     endpoint = analyze_endpoint(cls, name, locator, final=final)
     violations.extend(endpoint.violations)
-    init_violations, init_deferred = _check_init(cls, locator, final=final)
+    if endpoint.spec is not None and isinstance(config, RemoteConfig):
+        violations.extend(_check_transport(config, endpoint.spec, locator))
     violations.extend(init_violations)
     violations.extend(_check_is_healthy(cls, locator))
     _, route_violations, routes_deferred = check_routes(cls, name, locator, final=final)
@@ -140,6 +153,41 @@ def _check_class_final(cls: type[Chainlet]) -> tuple[ChainletSpec | None, list[V
         has_is_healthy=_find("is_healthy", cls) is not None,
     )
     return spec, []
+
+
+# Truss Chains' names of `ChainletOptions.transport` kinds, which its users know them by.
+_TRANSPORTS = {"http": "HTTPOptions", "websocket": "WebsocketOptions", "grpc": "GRPCOptions"}
+
+
+def _check_transport(config: RemoteConfig, endpoint: EndpointSpec, locator: Locator) -> list[Violation]:
+    """``options.transport`` must fit the endpoint: the Truss export writes it as given."""
+    transport = config.options.transport
+    if transport is None:
+        return []
+    kind = transport.get("kind") if isinstance(transport, dict) else getattr(transport, "kind", None)
+    if kind not in _TRANSPORTS:
+        return [
+            locator.at_class(
+                f"`options.transport` must be one of {', '.join(repr({'kind': k}) for k in _TRANSPORTS)}, "
+                f"got {transport!r}"
+            )
+        ]
+    got = _TRANSPORTS[kind]
+    if endpoint.output_kind.is_socket and kind != "websocket":
+        return [
+            locator.at_class(
+                f"`options.transport` must be `WebsocketOptions`, got `{got}`: run_remote takes a "
+                "WebSocket; use transport={'kind': 'websocket'} or leave it out"
+            )
+        ]
+    if not endpoint.output_kind.is_socket and kind == "websocket":
+        return [
+            locator.at_class(
+                "WebsocketOptions can only be used for websocket endpoints: run_remote takes no "
+                "WebSocket; leave `options.transport` out (or use {'kind': 'http'})"
+            )
+        ]
+    return []
 
 
 def _find(name: str, cls: type) -> tuple[type, Any] | None:
@@ -197,6 +245,21 @@ def _check_init(cls: type, locator: Locator, *, final: bool) -> tuple[list[Viola
             if annotation is not None and annotation is not DeploymentContext:
                 at(p.name, f"annotate `{p.name}` as chains.DeploymentContext, not {type_label(annotation)}")
             continue
+        if p.name == "context" and index != len(params) - 1:
+            at(
+                p.name,
+                "The init argument name `context` is reserved for the optional context argument, "
+                "which must be trailing: make it the last parameter, "
+                "`context: chains.DeploymentContext = chains.depends_context()`",
+            )
+            continue
+        if p.name == "context":
+            at(
+                p.name,
+                "If the chainlet uses context for initialization, it must have a `context` argument "
+                "of type chains.DeploymentContext defaulting to `chains.depends_context()`",
+            )
+            continue
         if not isinstance(default, DependencyMarker):
             at(
                 p.name,
@@ -205,20 +268,42 @@ def _check_init(cls: type, locator: Locator, *, final: bool) -> tuple[list[Viola
             )
             continue
         target = default.chainlet_cls
+        if is_model(cls):
+            at(
+                p.name,
+                "The only supported argument to `__init__` for MODELs is the optional context "
+                f"(`context=chains.depends_context()`); `{p.name}` depends on "
+                f"{getattr(target, '__name__', target)}: subclass chains.ChainletBase to call "
+                "other chainlets",
+            )
+            continue
         if not (isinstance(target, type) and issubclass(target, Chainlet)) or is_abstract(target):
-            at(p.name, f"chains.depends() takes a chainlet class (a ChainletBase subclass), got {target!r}")
+            at(
+                p.name,
+                "`chains.depends` must be used with a Chainlet class as argument (a ChainletBase "
+                f"subclass), got {_named(target)}",
+            )
             continue
         for problem in default.problems():
             at(p.name, f"chains.depends({target.__name__}, ...): {problem}")
         # An unannotated dependency takes its class from the marker (Truss Chains' idiom).
         annotation = hints.get(p.name)
         if annotation is not None and not _annotation_accepts(annotation, target):
+            written = locator.annotation_text("__init__", p.name) or type_label(annotation)
             at(
                 p.name,
-                f"`{p.name}` is annotated {type_label(annotation)} but depends on {target.__name__}; "
+                f"`{p.name}` is annotated {written} but depends on {target.__name__}; "
                 f"annotate it as {target.__name__}, one of its bases, or a typing.Protocol it satisfies",
             )
     return violations, False
+
+
+def _named(value: Any) -> str:
+    """``value`` as its author wrote it: ``RPCOptions`` is Truss's (and chains') public name of
+    ``StubOptions``."""
+    if value is StubOptions:
+        return "chains.RPCOptions (the options of a call, not a chainlet)"
+    return repr(value)
 
 
 def _annotation_accepts(annotation: Any, target: type) -> bool:

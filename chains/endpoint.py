@@ -220,7 +220,8 @@ def analyze_endpoint(
                 f"e.g. `def {METHOD}(self, x: int)`"
             )
         )
-        return result
+        # Its other parameters and return are checked all the same: one run reports all.
+        all_params.insert(0, inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY))
 
     hints, unresolved = _resolve_hints(method)
     if unresolved is not None:
@@ -544,6 +545,13 @@ def _classify_output(
 
 def _serialization_problem(tp: Any, mode: Literal["validation", "serialization"]) -> str:
     """Why pydantic cannot put ``tp`` on the wire as JSON, or "" when it can."""
+    if _holds_object(tp):
+        # pydantic has a schema for it, yet a model sent as `object` arrives as a dict and a
+        # bare object() does not serialize at all.
+        return (
+            "values typed `object` do not round-trip: a pydantic model arrives as a dict, other "
+            "objects not at all; name the concrete type (a pydantic model, str, int, list[Model])"
+        )
     try:
         wire_adapter(tp).json_schema(mode=mode)
     except pydantic.PydanticSchemaGenerationError:
@@ -555,6 +563,10 @@ def _serialization_problem(tp: Any, mode: Literal["validation", "serialization"]
     except Exception as exc:
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return ""
+
+
+def _holds_object(tp: Any) -> bool:
+    return tp is object or any(_holds_object(arg) for arg in typing.get_args(tp))
 
 
 def type_label(tp: Any) -> str:

@@ -5,12 +5,12 @@ The hierarchy (a builtin base in parentheses: ``except TimeoutError`` catches a
 
     Exception
     └── ChainsError                      every exception chains raises itself
-        ├── ChainsUsageError             the chain, its configuration or an SDK call is wrong
+        ├── ChainsUsageError             (ValueError) the chain, its configuration or an SDK call is wrong
         └── ChainsRuntimeError           (RuntimeError) something failed while a chain ran
             ├── StreamInterrupted        a stream stopped before its end frame
             ├── DependencyUnavailable    (ConnectionError) a dependency kept failing or refusing
             ├── DeadlineExceeded         (TimeoutError) a call ran out of time
-            ├── StreamProtocolError      the bytes received are not a valid chains stream
+            ├── StreamProtocolError      (ValueError) the bytes received are not a valid chains stream
             │   ├── FrameTooLarge        a frame over the reader's size limit
             │   ├── UnknownFrameKind     a frame kind this version does not know
             │   └── StreamSchemaMismatch the producer streams another schema
@@ -93,7 +93,7 @@ class Violation:
         return f"{location} ({self.where}): {self.message}" if self.where else f"{location}: {self.message}"
 
 
-class ChainsUsageError(ChainsError):
+class ChainsUsageError(ChainsError, ValueError):
     """The chain, its configuration or a call into the SDK is wrong; the message says how to fix it.
 
     Static checks collect every violation they find and raise them together::
@@ -139,7 +139,7 @@ class DeadlineExceeded(ChainsRuntimeError, TimeoutError):
     """A call ran out of time: its own ``timeout_sec`` or the caller's remaining deadline."""
 
 
-class StreamProtocolError(ChainsRuntimeError):
+class StreamProtocolError(ChainsRuntimeError, ValueError):
     """The bytes received are not a valid chains stream (malformed, or frames out of order)."""
 
 

@@ -151,9 +151,20 @@ def find_entrypoint(module: ModuleType, entrypoint: str | None = None) -> type[C
         for alone in (models, own):
             if len(alone) == 1:
                 return alone[0]
+        if not classes:
+            raise ChainsUsageError(
+                f"{path}: no class in the file inherits from chains.ChainletBase or chains.ModelBase, "
+                "so it holds no chain; subclass one of them (`class Entry(chains.ChainletBase)`)"
+            )
+        if len(models) > 1:
+            raise ChainsUsageError(
+                f"{path}: {len(models)} model classes inherit from chains.ModelBase ({names}), so "
+                "none is the entrypoint by itself; mark one with @chains.mark_entrypoint or pass "
+                "--entrypoint NAME"
+            )
         raise ChainsUsageError(
-            f"{path}: no entrypoint; mark one chainlet with @chains.mark_entrypoint or pass "
-            f"--entrypoint NAME (chainlets in the file: {names})"
+            f"{path}: {len(classes)} chainlets and none marked as entrypoint ({names}); mark one with "
+            "@chains.mark_entrypoint or pass --entrypoint NAME"
         )
     if len(marked) > 1:
         raise ChainsUsageError(
@@ -182,7 +193,10 @@ def load_chain(path: str | Path, entrypoint: str | None = None, name: str | None
         entry = find_entrypoint(module, entrypoint)
     except ChainsUsageError as exc:
         if violations:
-            raise ChainsUsageError(violations=[*violations, Violation(str(path), 0, "", str(exc))]) from None
+            # Not a violation of its own: it has no line, and fixing those may settle it.
+            error = ChainsUsageError(violations=violations)
+            error.add_note(str(exc))
+            raise error from None
         raise
     given_name = name or entrypoint_marker(entry)
     chain_name = given_name or entry.remote_config.name or entry.__name__

@@ -161,6 +161,13 @@ class LocalStub:
     def __repr__(self) -> str:
         return f"LocalStub({self._spec.name})"
 
+    def __getattr__(self, name: str) -> Any:
+        # Truss's run_local hands out the instances themselves, and its tests read their
+        # attributes (`chain.dep.value`): anything but the endpoint is the instance's own.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._instance, name)
+
     @property
     def _async_semaphore_wrapper(self) -> CallLimit:
         # Truss Chains' name for the concurrency limit, which its test chains tune.

@@ -15,9 +15,11 @@ definition to it.
 from __future__ import annotations
 
 import contextvars
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, ClassVar, cast
 
 from chains.config import RemoteConfig
@@ -36,6 +38,7 @@ __all__ = [
     "building_with",
     "chainlet_name",
     "is_abstract",
+    "is_model",
 ]
 
 Builder = Callable[[type["Chainlet"], tuple[Any, ...], dict[str, Any]], "Chainlet"]
@@ -56,16 +59,53 @@ def building_with(builder: Builder) -> Iterator[None]:
         _builder.reset(token)
 
 
+_NAIVE = "Chainlets cannot be naively instantiated"
+
+
 class _ChainletMeta(type):
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1)
+        where = _location(caller)
+        inside = _running_chainlet(caller)
+        if inside is not None:
+            # Built inside another chainlet it would run in that chainlet's process, outside
+            # the chain: no service, no stub, no retries; a dependency is what is meant.
+            raise ChainsRuntimeError(
+                f"{where}: {_NAIVE}: `{cls.__name__}()` is called inside {inside}. Declare it as a "
+                f"dependency instead: `def __init__(self, {cls.__name__.lower()}="
+                f"chains.depends({cls.__name__})) -> None`."
+            )
         builder = _builder.get()
         if builder is None:
             raise ChainsRuntimeError(
-                f"chainlet {cls.__name__!r} cannot be constructed directly: its dependencies are "
-                f"injected by chains. In tests use `with chains.run_local(): {cls.__name__}()`; "
-                "to serve it use `chains push`."
+                f"{where}: {_NAIVE}: chainlet {cls.__name__!r} cannot be constructed directly, its "
+                f"dependencies are injected by chains. In tests use `with chains.run_local(): "
+                f"{cls.__name__}()`; to serve it use `chains push`."
             )
         return builder(cast(type[Chainlet], cls), args, kwargs)
+
+
+def _location(frame: FrameType) -> str:
+    """Where ``frame`` is, as a traceback writes it: a served chainlet's log then shows the
+    user's own file instead of its deployed copy (see :mod:`chains.source_map`)."""
+    return f'File "{frame.f_code.co_filename}", line {frame.f_lineno}'
+
+
+def _running_chainlet(frame: FrameType | None) -> str | None:
+    """``Class.method (File "...", line N)`` of the chainlet method on the stack above
+    ``frame``, if any.
+
+    Construction is rare (once per chainlet), so walking the stack costs nothing that matters;
+    it sees through helper functions, which a check of the direct caller alone would miss.
+    """
+    while frame is not None:
+        code = frame.f_code
+        if code.co_argcount and code.co_varnames[0] == "self":
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, Chainlet):
+                return f"{type(owner).__name__}.{code.co_name} ({_location(frame)})"
+        frame = frame.f_back
+    return None
 
 
 class Chainlet(metaclass=_ChainletMeta):
@@ -77,11 +117,18 @@ class Chainlet(metaclass=_ChainletMeta):
     remote_config: ClassVar[RemoteConfig] = RemoteConfig()
     # A base the SDK offers (ChainletBase, ModelBase), not a chainlet of a chain.
     _chains_abstract: ClassVar[bool] = True
+    # A Truss model (ModelBase): its endpoint is `predict`, and it takes no dependencies.
+    _chains_model: ClassVar[bool] = False
 
 
 def is_abstract(cls: type) -> bool:
     """Whether ``cls`` is a base the SDK offers (``ModelBase``), not a chainlet of a chain."""
     return bool(cls.__dict__.get("_chains_abstract", False))
+
+
+def is_model(cls: type) -> bool:
+    """Whether ``cls`` is a Truss model class (a ``ModelBase`` subclass)."""
+    return bool(getattr(cls, "_chains_model", False))
 
 
 def chainlet_name(cls: type[Chainlet]) -> str:
@@ -104,6 +151,20 @@ class DependencyMarker:
         """What is wrong with the arguments given to ``depends``, in plain words."""
         return option_problems(
             self.retries, self.timeout_sec, self.concurrency_limit, self.use_binary, self.retry_user_errors
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for an attribute the marker lacks: it was used as if it were the stub,
+        # so ``depends()`` was called somewhere other than an ``__init__`` parameter's default.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        target = getattr(self.chainlet_cls, "__name__", repr(self.chainlet_cls))
+        raise ChainsRuntimeError(
+            f"{_location(sys._getframe(1))}: `chains.depends({target})` was used, "
+            f"but not as an argument to the `__init__` of a chainlet, so there is no {target} "
+            f"here (`.{name}` was asked for). Declare the dependency as the default of an "
+            f"`__init__` parameter: `def __init__(self, dep=chains.depends({target})) -> None: "
+            "self._dep = dep`."
         )
 
 

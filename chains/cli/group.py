@@ -69,8 +69,11 @@ def guarded(action: Callable[[], T]) -> T:
 def report(exc: ChainsUsageError) -> None:
     if exc.violations:
         count = len(exc.violations)
-        click.echo(f"{count} problem{'s' if count != 1 else ''} found:", err=True)
-        for violation in exc.violations:
-            click.echo(f"  {violation}", err=True)
+        lines = [f"{count} problem{'s' if count != 1 else ''} found:"]
+        lines += [f"  {violation}" for violation in exc.violations]
+        lines += [f"also: {note}" for note in getattr(exc, "__notes__", ())]
     else:
-        click.echo(f"error: {exc}", err=True)
+        lines = [f"error: {exc}"]
+    # Whatever the chain file printed while it was imported comes first, not amid the report.
+    sys.stdout.flush()
+    click.echo("\n".join(lines), err=True)

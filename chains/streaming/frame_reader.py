@@ -28,6 +28,7 @@ from chains.streaming.framing import (
 )
 from chains.streaming.schema import WireSchema
 from chains.streaming.transport import connection_broke
+from chains.streaming.writer import WriterChunk
 from chains.wire import DEFAULT_MAX_FRAME_BYTES
 
 __all__ = ["FrameReader", "StreamSchemaMismatch"]
@@ -74,6 +75,8 @@ class FrameReader:
         "_footer",
         "_frames",
         "_header",
+        "_header_taken",
+        "_in_process",
         "_index",
         "_items",
         "_source",
@@ -106,6 +109,10 @@ class FrameReader:
         self._footer: Any = _MISSING
         self._error: BaseException | None = None
         self._items = 0
+        self._header_taken = False
+        # Set when the chunks come straight from a stream writer in this process (no
+        # transport between): the generator ending is then the stream's end (see _refill).
+        self._in_process = False
 
     @property
     def items_read(self) -> int:
@@ -120,6 +127,13 @@ class FrameReader:
             try:
                 chunk = await anext(self._source)
             except StopAsyncIteration:
+                if self._in_process and self._decoder.at_boundary:
+                    # Nothing can cut a stream between a writer and a reader in one process (a
+                    # failing producer raises here instead): its end frame is the server's to
+                    # add, and a test reading a writer's chunks has no server.
+                    self._frames = [(KIND_END, b"")]
+                    self._index = 0
+                    return
                 raise self._interrupted() from None
             except Exception as exc:
                 # An HTTP client's own error for a cut connection (httpx, aiohttp) is the
@@ -127,6 +141,8 @@ class FrameReader:
                 if connection_broke(exc):
                     raise self._interrupted(exc) from exc
                 raise
+            if self._state == _START and isinstance(chunk, WriterChunk) and chunk.writer is not None:
+                self._in_process = True
             frames = self._decoder.feed(chunk)
             if frames:
                 self._frames = frames
@@ -223,11 +239,13 @@ class FrameReader:
                 kind, payload = await self._next_frame()
                 if kind == KIND_HEADER:
                     self._header = self._parse("header", payload)
-                    self._state = _BODY
                 elif kind == KIND_ERROR:
                     raise self._remote(payload)
-                else:
+                elif kind == KIND_PREAMBLE:
                     raise self._unexpected(kind, "the header")
+                else:
+                    self._index -= 1  # a declared header may be left out: this frame is the body's
+                self._state = _BODY
         except Exception as exc:
             raise await self._fail(exc) from exc.__cause__
 
@@ -247,12 +265,22 @@ class FrameReader:
             f"{self.wire.fingerprint}); {hint}"
         )
 
-    async def items(self) -> AsyncGenerator[Any, None]:
-        """Items until the footer or the end; raises on an error frame or a cut."""
+    async def items(self, *, header_first: bool = False) -> AsyncGenerator[Any, None]:
+        """Items until the footer or the end; raises on an error frame or a cut.
+
+        With ``header_first``, a header that arrived but was not taken with :meth:`header` is
+        refused, as Truss Chains' readers do, rather than skipped unseen.
+        """
         if self._state != _BODY:
             await self.start()
-            if self._state != _BODY:
-                return
+        if header_first and self._header is not _MISSING and not self._header_taken:
+            raise ChainsUsageError(
+                f"Called `read_items`, but there the stream contains header data, which is not "
+                f"consumed: call `await reader.read_header()` first (the {self.wire.name} stream "
+                "sends its header before the items)"
+            )
+        if self._state != _BODY:
+            return
         load = self.wire.item.load
         # Another call (read_footer) may consume frames while this generator is suspended at
         # its yield, so the state is re-checked on every turn.
@@ -285,12 +313,7 @@ class FrameReader:
                 self._footer = self._parse("footer", payload)
                 self._state = _FOOTER_READ
             elif kind == KIND_END:
-                if self.wire.footer is not None:
-                    raise StreamProtocolError(
-                        f"the {self.wire.name} stream ended without its footer: the producer did not "
-                        "write one"
-                    )
-                await self._finish()
+                await self._finish()  # a declared footer may be left out; footer() says so
             elif kind == KIND_ERROR:
                 raise self._remote(payload)
             else:
@@ -309,10 +332,13 @@ class FrameReader:
         if self._state < _FOOTER_READ:
             async for _ in self.items():
                 pass
-            if self._state < _FOOTER_READ:
-                raise await self._fail(
-                    StreamProtocolError(f"the {self.wire.name} stream ended without its footer")
+        if self._footer is _MISSING:
+            raise await self._fail(
+                StreamProtocolError(
+                    f"Stream does not contain footer. The {self.wire.name} stream ended without "
+                    "one: its producer did not call yield_footer()"
                 )
+            )
         if self._state == _FOOTER_READ:
             try:
                 kind, payload = await self._next_frame()
@@ -327,6 +353,12 @@ class FrameReader:
 
     async def header(self) -> Any:
         await self.start()
+        if self._header is _MISSING:
+            raise StreamProtocolError(
+                f"Stream does not contain header. The {self.wire.name} stream began with its body: "
+                "its producer did not call yield_header()"
+            )
+        self._header_taken = True
         return self._header
 
     async def _finish(self) -> None:

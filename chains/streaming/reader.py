@@ -83,9 +83,16 @@ class HeaderStreamReader(StreamReader[ItemT], Generic[ItemT, HeaderT]):
     __slots__ = ()
 
     async def read_header(self) -> HeaderT:
-        """The header: it comes first, so this can be called before or after reading items."""
+        """The header, read before the items; raises StreamProtocolError if none was sent."""
         header: HeaderT = await self._reader.header()
         return header
+
+    def read_items(self) -> AsyncIterator[ItemT]:
+        """The items, after :meth:`read_header`: an unread header is refused, not skipped."""
+        return self._reader.items(header_first=True)
+
+    def __aiter__(self) -> AsyncIterator[ItemT]:
+        return self._reader.items(header_first=True)
 
 
 class FooterStreamReader(StreamReader[ItemT], Generic[ItemT, FooterT]):

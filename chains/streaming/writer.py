@@ -2,6 +2,7 @@
 
 Every ``yield_*`` method returns the bytes the endpoint yields; the order of the parts (header
 once and first, items, footer once, nothing after the end) is enforced as they are written.
+A declared header or footer may be left out, as in Truss Chains: its reader then says so.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class StreamWriter(Generic[ItemT]):
     def end(self) -> WriterChunk:
         """The end frame; after it the stream is complete and the writer is closed.
 
-        Checks that the declared header and footer were written. The server runtime calls it
+        The server runtime calls it
         when the endpoint's generator finishes; call it yourself only when you carry the
         frames over your own transport.
         """
@@ -151,12 +152,6 @@ class StreamWriter(Generic[ItemT]):
             )
         if self._state == _CLOSED:
             raise self._refuse("yield_item", "the stream was already ended; yield every item before end()")
-        if self._wire.header is not None and not self._header_written:
-            raise self._refuse(
-                "yield_item",
-                f"this stream declares header_type={self._wire.header.name}: call yield_header() "
-                "before the first yield_item()",
-            )
 
     def _before_header(self) -> None:
         if self._header_written:
@@ -165,7 +160,9 @@ class StreamWriter(Generic[ItemT]):
             )
         if self._state in (_ITEMS, _AFTER_FOOTER):
             raise self._refuse(
-                "yield_header", "the header must come first, before any yield_item() or yield_footer()"
+                "yield_header",
+                "Cannot yield header after other data has been sent. The header comes first, before "
+                "any yield_item() or yield_footer()",
             )
         if self._state == _CLOSED:
             raise self._refuse("yield_header", "the stream was already ended")
@@ -177,27 +174,10 @@ class StreamWriter(Generic[ItemT]):
             )
         if self._state == _CLOSED:
             raise self._refuse("yield_footer", "the stream was already ended; yield the footer before end()")
-        if self._wire.header is not None and not self._header_written:
-            raise self._refuse(
-                "yield_footer",
-                f"this stream declares header_type={self._wire.header.name}: call yield_header() first",
-            )
 
     def _before_end(self) -> None:
         if self._state == _CLOSED:
             raise self._refuse("end", "the stream was already ended (end() or error() was called before)")
-        if self._wire.header is not None and not self._header_written:
-            raise self._refuse(
-                "end",
-                f"the stream ended without its header: it declares header_type={self._wire.header.name}; "
-                "yield writer.yield_header(...) first",
-            )
-        if self._wire.footer is not None and self._state != _AFTER_FOOTER:
-            raise self._refuse(
-                "end",
-                f"the stream ended without its footer: it declares footer_type={self._wire.footer.name}; "
-                "yield writer.yield_footer(...) after the last item",
-            )
 
 
 class HeaderStreamWriter(StreamWriter[ItemT], Generic[ItemT, HeaderT]):
@@ -250,7 +230,7 @@ def stream_writer(types: StreamTypes[Any, Any, Any]) -> StreamWriter[Any]:
     """A writer for one stream of ``types``: create one per call of the endpoint.
 
     Order is enforced: the header first and once, items, the footer once, and nothing after
-    the end. Each method returns the bytes to yield::
+    the end; a declared header or footer may be left out. Each method returns the bytes to yield::
 
         writer = chains.stream_writer(TOKENS)          # stream_types(Token, footer_type=Usage)
         for text in ("a", "b"):

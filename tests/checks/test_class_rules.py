@@ -143,7 +143,7 @@ class Entry(chains.ChainletBase):
     async def run_remote(self) -> int:
         return 0
 """,
-        [Expected("chains.depends() takes a chainlet class")],
+        [Expected("`chains.depends` must be used with a Chainlet class as argument")],
         id="depends_needs_a_chainlet_class",
     ),
     pytest.param(
@@ -293,7 +293,7 @@ class Other(chains.ChainletBase):
 """
     )
     with pytest.raises(
-        chains.ChainsUsageError, match=r"no entrypoint; mark one .* \(chainlets in the file: Leaf, Other\)"
+        chains.ChainsUsageError, match=r"2 chainlets and none marked as entrypoint \(Leaf, Other\); mark one"
     ):
         load_chain(f.path)
     assert load_chain(f.path, entrypoint="Leaf").entrypoint.name == "Leaf"

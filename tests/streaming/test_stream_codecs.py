@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import chains.streaming.kinds
 import chains.streaming.shape
-from chains.errors import ChainsUsageError, RemoteError, StreamInterrupted
+from chains.errors import ChainsUsageError, RemoteError, StreamInterrupted, StreamProtocolError
 from chains.streaming import (
     NDJSON_MEDIA_TYPE,
     TEXT_MEDIA_TYPE,
@@ -366,7 +366,7 @@ async def test_an_empty_structured_stream() -> None:
     chunks = await collect(encode_framed(plain, produce([])))
     assert chunks == [stream_types(Token).wire.preamble + encode_frame(FrameKind.END, b"")]
     # Declared footer never written: the consumer hears why.
-    with pytest.raises(RemoteError, match="ended without its footer: it declares footer_type=Usage"):
+    with pytest.raises(StreamProtocolError, match="Stream does not contain footer"):
         await stream_reader(TOKENS, encode_framed(STRUCTURED, produce([]))).read_footer()
 
 

@@ -185,7 +185,7 @@ class StructuredYields:
             if not writer.closed:
                 try:
                     end = writer.end()
-                except ChainsUsageError as exc:  # a declared header or footer was never written
+                except ChainsUsageError as exc:  # the writer refuses to end: its reason goes to the caller
                     failed = self._fail(exc, writer)
                     if failed is not None:
                         yield failed
