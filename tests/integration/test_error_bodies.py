@@ -43,7 +43,8 @@ class Entry(chains.ChainletBase):
 def pushed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     folder = tmp_path_factory.mktemp("bodies")
     file = write_chain(folder / "src", SOURCE)
-    cli = Cli(folder / "home")
+    # Tracebacks go to outside callers only when debugging is asked for (docs/concepts.md, "Errors").
+    cli = Cli(folder / "home", env={"CHAINS_DEBUG_ERRORS": "1"})
     url = str(cli.push(str(file), "--port", str(unique_port()))["entrypoint_url"])
     try:
         yield url, file
