@@ -64,8 +64,11 @@ def status(name: str | None, as_json: bool) -> None:
             except ChainsError as exc:
                 click.echo(f"{chain_name}  unreadable  ({exc}); `chains stop {chain_name}` cleans up")
                 continue
-            ready = sum(p.state == "ready" for p in state.processes)
-            health = _health(state) if is_alive(state) else "stale (supervisor gone)"
+            alive = is_alive(state)
+            # A stale chain's records still say "ready", but nothing supervises its processes
+            # (they died with the supervisor): none of them counts as ready.
+            ready = sum(p.state == "ready" for p in state.processes) if alive else 0
+            health = _health(state) if alive else "stale (supervisor gone)"
             click.echo(
                 f"{state.chain}  {health}  {ready}/{len(state.processes)} ready  {state.entrypoint_url}"
             )
@@ -83,8 +86,9 @@ def status(name: str | None, as_json: bool) -> None:
     failed = _failed_chainlets(state)
     if failed and is_alive(state):
         click.echo(
-            f"chain {name!r} is degraded: {', '.join(failed)} failed for good and "
-            f"{'is' if len(failed) == 1 else 'are'} not running; bring "
+            f"chain {name!r} is degraded: {', '.join(failed)} failed and "
+            f"{'is' if len(failed) == 1 else 'are'} not running (a crash loop is started again "
+            f"ever more slowly, up to every 5 minutes; see the reason below); bring "
             f"{'it' if len(failed) == 1 else 'them'} back with `chains restart {name}"
             f"{' ' + failed[0] if len(failed) == 1 else ''}`",
             err=True,
@@ -113,6 +117,10 @@ def status(name: str | None, as_json: bool) -> None:
         rows = [(*r, b or "-") for r, b in zip(rows, ["BATCHING", *batching], strict=True)]
     click.echo(f"chain {state.chain!r} (target {state.target}, entrypoint {state.entrypoint_url})")
     click.echo(terminal.table(rows, terminal=terminal.is_terminal(), state_column=3))
+    for p in state.processes:
+        if p.reason:
+            label = p.chainlet + (f"[{p.replica}]" if len(state.replicas(p.chainlet)) > 1 else "")
+            click.echo(f"  {label} last went down: {p.reason}")
 
 
 def _batching(url: str, verify: ssl.SSLContext | bool) -> str | None:

@@ -2,8 +2,10 @@
 
 It owns every chainlet's listening socket and hands it to the chainlet process, so that a
 restarted (or replaced) process serves the same port and calls made in between wait in the
-socket's backlog instead of being refused. It restarts crashed chainlets with backoff,
-gives up on one that keeps crashing, records what runs in ``state.json``, and takes
+socket's backlog instead of being refused. It restarts crashed chainlets with backoff (a
+crash loop is retried ever more slowly, up to every 5 minutes, its port answering 503 at
+once meanwhile), restarts hung ones (:mod:`chains.targets.liveness`), stops every process a
+chainlet started with it (a process group each), records what runs in ``state.json``, and takes
 commands (``replace``, ``restart``, ``stop``, ``state``, and ``entry_socket``, which hands the entrypoint's
 listening socket to the deployment replacing this one) on a unix socket.
 
@@ -33,6 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from chains.errors import ChainsRuntimeError
+from chains.targets.down_answer import DownAnswer
+from chains.targets.exits import describe_exit, kill_group, oom_kill_count
+from chains.targets.liveness import LivenessPolicy, Probation, probe
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -71,8 +76,13 @@ def control_socket_path(deploy_dir: Path) -> Path:
     return runtime / f"{digest}.sock"
 
 
+# A replica that has been ready this long has its crash count (and so its back-off) renewed.
 RESTART_WINDOW_SEC = 60.0
+# Crashes in a row after which a replica is shown as failed (a crash loop); it is still
+# started again, ever more slowly.
 MAX_RESTARTS_IN_WINDOW = 5
+# The longest wait between two starts of a crash-looping replica (Kubernetes' CrashLoopBackOff cap).
+MAX_BACKOFF_SEC = 300.0
 _POLL_SEC = 0.05
 # The control command that answers with the entrypoint's listening socket (SCM_RIGHTS).
 ENTRY_SOCKET_COMMAND = "entry_socket"
@@ -93,6 +103,8 @@ def _die_with(parent: int) -> Callable[[], None] | None:
         return None
 
     def preexec() -> None:
+        # A process group of its own: whatever the chainlet starts is stopped with it.
+        os.setpgid(0, 0)
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
@@ -109,9 +121,14 @@ class _Replica:
     record: ChainletProcess
     process: subprocess.Popen[bytes] | None = None
     ever_ready: bool = False
-    restart_times: list[float] = field(default_factory=list)
+    crashes: int = 0  # in a row: renewed once a process has been ready for RESTART_WINDOW_SEC
+    ready_since: float | None = None
     restart_at: float | None = None
     retiring: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    probation: Probation | None = None
+    killed_because: str | None = None  # set when the supervisor kills it (a failed liveness probe)
+    oom_kills_at_start: int | None = None
+    answer: DownAnswer | None = None  # 503s on its port while it is down for a while
 
 
 class Supervisor:
@@ -131,6 +148,7 @@ class Supervisor:
         self._preexec = _die_with(os.getpid())
         self.identity = process_identity(os.getpid())
         self.write_error: str | None = None  # why the last state write failed, until one succeeds
+        self.liveness = LivenessPolicy.from_environment(os.environ)
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -251,16 +269,21 @@ class Supervisor:
         return process.poll() is None and self._ready_files[process.pid].exists()
 
     def start(self, replica: _Replica) -> None:
+        self._close_answer(replica)
         replica.process = self._spawn(replica)
         replica.record.pid = replica.process.pid
         replica.record.state = "starting"
         replica.record.started_at = time.time()
+        replica.probation = None
+        replica.ready_since = None
+        replica.oom_kills_at_start = oom_kill_count()
 
     async def _check(self, replica: _Replica) -> None:
         record = replica.record
         now = time.monotonic()
         for old in list(replica.retiring):
             if old.poll() is not None:
+                kill_group(old.pid)  # what the replaced process started
                 replica.retiring.remove(old)
         if replica.process is None:
             if replica.restart_at is not None and now >= replica.restart_at and not self.stopping:
@@ -273,33 +296,122 @@ class Supervisor:
             if record.state in ("starting", "restarting") and self._is_ready(replica.process):
                 record.state = "ready"
                 replica.ever_ready = True
+                replica.ready_since = now
                 self.write_state()
+            elif record.state == "ready":
+                if replica.ready_since is not None and now - replica.ready_since >= RESTART_WINDOW_SEC:
+                    replica.crashes = 0
+                self._probe(replica, now)
             return
         if self.stopping:
             return
-        # The process is gone without being asked to go.
+        # The process is gone without being asked to go; so is whatever it started.
+        kill_group(replica.process.pid)
         replica.process = None
+        if replica.probation is not None:
+            replica.probation.cancel()
         record.pid = None
         record.last_exit = code
+        why = replica.killed_because or self._exit_words(replica, code)
+        replica.killed_because = None
+        record.reason = why
         refused = self._others_ready(replica)
         if refused:
             self._refuse_while_down(replica)
         if not replica.ever_ready:
             # It never started: restarting would fail the same way.
-            self._give_up(replica, refused, f"exited with code {code} before it was ready")
+            self._give_up(replica, refused, f"{why} before it was ready")
             return
-        replica.restart_times = [t for t in replica.restart_times if now - t < RESTART_WINDOW_SEC]
-        if len(replica.restart_times) >= MAX_RESTARTS_IN_WINDOW:
-            count = len(replica.restart_times) + 1
-            self._give_up(replica, refused, f"crashed {count} times within a minute")
-            return
-        delay = 0.0 if not replica.restart_times else min(0.25 * 2 ** len(replica.restart_times), 5.0)
-        replica.restart_times.append(now)
+        delay = 0.0 if not replica.crashes else min(0.25 * 2**replica.crashes, MAX_BACKOFF_SEC)
+        replica.crashes += 1
         record.restarts += 1
-        record.state = "restarting"
         replica.restart_at = now + delay
-        self._log(replica, f"exited with code {code}; restarting in {delay:.2f}s")
+        if replica.crashes > MAX_RESTARTS_IN_WINDOW:
+            # A crash loop: shown as failed (the chain is degraded), still started again slowly.
+            record.state = "failed"
+            record.reason = f"crash loop ({replica.crashes} crashes in a row; last: {why})"
+            again = f"chains restart {self.deployment.chain} {replica.spec.name}"
+            self._log(
+                replica,
+                f"{why}; crashed {replica.crashes} times in a row: starting it again in {delay:.0f}s "
+                f"(the wait doubles up to {MAX_BACKOFF_SEC / 60:.0f} min; `{again}` starts it now)",
+            )
+        else:
+            record.state = "restarting"
+            self._log(replica, f"{why}; restarting in {delay:.2f}s")
+        if delay > 0 and not refused:
+            await self._answer_while_down(replica)
         self.write_state()
+
+    def _exit_words(self, replica: _Replica, code: int) -> str:
+        before, after = replica.oom_kills_at_start, oom_kill_count()
+        oom_kills = after - before if before is not None and after is not None else 0
+        return describe_exit(code, oom_kills)
+
+    # -- liveness ----------------------------------------------------------------------------
+
+    def _probe(self, replica: _Replica, now: float) -> None:
+        """Drive the liveness probes of a ready replica: start one when due, count its outcome,
+        and kill the process after ``failures`` misses in a row (it is then restarted as a
+        crashed one). Not while a replaced process still drains on the same socket, as its
+        answer would be taken for the new one's."""
+        policy = self.liveness
+        if not policy.enabled or replica.retiring or replica.process is None:
+            return
+        probation = replica.probation
+        if probation is None:
+            replica.probation = Probation(next_at=now + policy.period_sec)
+            return
+        task = probation.running
+        if task is not None:
+            if not task.done():
+                return
+            probation.running = None
+            failure = None if task.cancelled() else task.exception()
+            reason = f"the probe failed: {failure!r}" if failure is not None else task.result()
+            if reason is None:
+                probation.passed()
+            else:
+                probation.missed(now, reason)
+                self._log(replica, f"health check failed ({probation.misses}/{policy.failures}): {reason}")
+                if probation.misses >= policy.failures:
+                    self._kill_unresponsive(replica, now, probation)
+                    return
+        if now >= probation.next_at:
+            probation.next_at = now + policy.period_sec
+            host, port = replica.sock.getsockname()[:2]
+            probation.running = asyncio.ensure_future(probe(host, port, policy.timeout_sec))
+
+    def _kill_unresponsive(self, replica: _Replica, now: float, probation: Probation) -> None:
+        assert replica.process is not None and probation.first_miss_at is not None
+        silent = now - probation.first_miss_at + self.liveness.timeout_sec
+        replica.killed_because = f"not answering its health check for {silent:.0f}s ({probation.last_reason})"
+        self._log(replica, f"killing it: {replica.killed_because}")
+        # SIGKILL: a stopped (SIGSTOP) or blocked process cannot drain; the group takes its helpers.
+        kill_group(replica.process.pid)
+        with contextlib.suppress(ProcessLookupError):
+            replica.process.kill()
+
+    # -- while down --------------------------------------------------------------------------
+
+    async def _answer_while_down(self, replica: _Replica) -> None:
+        """Answer the calls that reach ``replica``'s port 503 at once until its next start."""
+        self._close_answer(replica)
+        name = replica.spec.name
+
+        def detail() -> str:
+            wait = max(0.0, (replica.restart_at or time.monotonic()) - time.monotonic())
+            return f"{name} is down ({replica.record.reason}); it is started again in {wait:.0f}s"
+
+        try:
+            replica.answer = await DownAnswer.open(replica.sock, detail)
+        except OSError as exc:
+            self._log(replica, f"calls wait in its port's backlog while it is down ({exc})")
+
+    def _close_answer(self, replica: _Replica) -> None:
+        if replica.answer is not None:
+            replica.answer.close()
+            replica.answer = None
 
     def _give_up(self, replica: _Replica, refused: bool, message: str) -> None:
         """Mark ``replica`` failed for good: ``chains restart`` is what starts it again.
@@ -336,7 +448,7 @@ class Supervisor:
                 await self.replace(name, first.directory, first.code_version, deadline - time.monotonic())
                 continue
             for replica in down:
-                replica.restart_times.clear()
+                replica.crashes = 0
                 replica.restart_at = None
                 replica.ever_ready = False
                 replica.record.restarts += 1
@@ -420,6 +532,8 @@ class Supervisor:
             replica.record.directory = directory
             replica.record.code_version = code_version
             replica.ever_ready = True
+            replica.probation = None
+            replica.ready_since = time.monotonic()
             if old is not None and old.poll() is None:
                 old.send_signal(signal.SIGTERM)
                 replica.retiring.append(old)
@@ -529,13 +643,15 @@ class Supervisor:
             ]
             await self._stop_processes(processes, max(deadline, time.monotonic() + 1.0))
         for replica in self.replicas:
+            self._close_answer(replica)
             replica.record.state = "stopped"
             replica.record.pid = None
             replica.sock.close()
         self.write_state()
 
     async def _stop_processes(self, processes: list[subprocess.Popen[bytes]], deadline: float) -> None:
-        """SIGTERM (a drain), then SIGKILL for what still runs at ``deadline``."""
+        """SIGTERM (a drain), then SIGKILL for what still runs at ``deadline``; then SIGKILL for
+        every process the chainlets started that is still there (their process groups)."""
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -545,6 +661,7 @@ class Supervisor:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+            kill_group(process.pid)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
