@@ -1,16 +1,46 @@
-"""How a chainlet process ended, in words, and the end of every process it started.
+"""How a chainlet process is tied to its supervisor, how it ended, in words, and the end of
+every process it started.
 
 Each chainlet runs in a process group of its own (its pid is the group's id), so a helper
-process it started is stopped with it, as systemd's ``KillMode=control-group`` does.
+process it started is stopped with it, as systemd's ``KillMode=control-group`` does, and
+dies with its supervisor (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
+from collections.abc import Callable
 
-__all__ = ["describe_exit", "group_exists", "kill_group", "oom_kill_count"]
+__all__ = ["describe_exit", "die_with", "group_exists", "kill_group", "oom_kill_count"]
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with(parent: int) -> Callable[[], None] | None:
+    """What a child runs before ``exec`` so that the kernel kills it when ``parent`` dies.
+
+    The signal follows the death of the thread that forked the child, so children are
+    spawned from the main thread only (the event loop's). The check of ``getppid`` closes
+    the window in which the parent died before the request was made. None where ``prctl``
+    does not exist (not Linux).
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in the child
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        # A process group of its own (see above).
+        os.setpgid(0, 0)
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
 
 
 def kill_group(pgid: int, sig: signal.Signals = signal.SIGKILL) -> bool:

@@ -97,6 +97,26 @@ class Probation:
         self.misses += 1
         self.last_reason = reason
 
+    def step(self, now: float, policy: LivenessPolicy, host: str, port: int) -> str | None:
+        """Collect the probe that has ended and start the next one when due; the reason of
+        a miss just counted (``misses`` then says how many in a row), else None."""
+        missed = None
+        task = self.running
+        if task is not None:
+            if not task.done():
+                return None
+            self.running = None
+            failure = None if task.cancelled() else task.exception()
+            missed = f"the probe failed: {failure!r}" if failure is not None else task.result()
+            if missed is None:
+                self.passed()
+            else:
+                self.missed(now, missed)
+        if now >= self.next_at:
+            self.next_at = now + policy.period_sec
+            self.running = asyncio.ensure_future(probe(host, port, policy.timeout_sec))
+        return missed
+
     def cancel(self) -> None:
         if self.running is not None:
             self.running.cancel()

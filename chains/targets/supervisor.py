@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -29,15 +28,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from chains.errors import ChainsRuntimeError
 from chains.targets.down_answer import DownAnswer
-from chains.targets.exits import describe_exit, kill_group, oom_kill_count
-from chains.targets.liveness import LivenessPolicy, Probation, probe
+from chains.targets.exits import describe_exit, die_with, kill_group, oom_kill_count
+from chains.targets.liveness import LivenessPolicy, Probation
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -86,30 +84,6 @@ MAX_BACKOFF_SEC = 300.0
 _POLL_SEC = 0.05
 # The control command that answers with the entrypoint's listening socket (SCM_RIGHTS).
 ENTRY_SOCKET_COMMAND = "entry_socket"
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with(parent: int) -> Callable[[], None] | None:
-    """What a child runs before ``exec`` so that the kernel kills it when ``parent`` dies.
-
-    The signal follows the death of the thread that forked the child, so children are
-    spawned from the main thread only (the event loop's). The check of ``getppid`` closes
-    the window in which the parent died before the request was made. None where ``prctl``
-    does not exist (not Linux).
-    """
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in the child
-    except (OSError, AttributeError):
-        return None
-
-    def preexec() -> None:
-        # A process group of its own: whatever the chainlet starts is stopped with it.
-        os.setpgid(0, 0)
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec
 
 
 @dataclass
@@ -145,7 +119,7 @@ class Supervisor:
         self._spawned = 0
         self._ready_files: dict[int, Path] = {}
         self._identities: dict[int, str | None] = {}
-        self._preexec = _die_with(os.getpid())
+        self._preexec = die_with(os.getpid())
         self.identity = process_identity(os.getpid())
         self.write_error: str | None = None  # why the last state write failed, until one succeeds
         self.liveness = LivenessPolicy.from_environment(os.environ)
@@ -272,7 +246,9 @@ class Supervisor:
         self._close_answer(replica)
         replica.process = self._spawn(replica)
         replica.record.pid = replica.process.pid
-        replica.record.state = "starting"
+        # A crash loop stays shown as failed through each of its attempts, until one is ready.
+        looping = replica.crashes > MAX_RESTARTS_IN_WINDOW and replica.record.state == "failed"
+        replica.record.state = "failed" if looping else "starting"
         replica.record.started_at = time.time()
         replica.probation = None
         replica.ready_since = None
@@ -293,7 +269,7 @@ class Supervisor:
             return
         code = replica.process.poll()
         if code is None:
-            if record.state in ("starting", "restarting") and self._is_ready(replica.process):
+            if record.state in ("starting", "restarting", "failed") and self._is_ready(replica.process):
                 record.state = "ready"
                 replica.ever_ready = True
                 replica.ready_since = now
@@ -351,36 +327,23 @@ class Supervisor:
     # -- liveness ----------------------------------------------------------------------------
 
     def _probe(self, replica: _Replica, now: float) -> None:
-        """Drive the liveness probes of a ready replica: start one when due, count its outcome,
-        and kill the process after ``failures`` misses in a row (it is then restarted as a
-        crashed one). Not while a replaced process still drains on the same socket, as its
-        answer would be taken for the new one's."""
+        """Drive the liveness probes of a ready replica; kill it once they say it is dead (it is
+        then restarted as a crashed one). Not while a replaced process still drains on the
+        same socket, as its answer would be taken for the new one's."""
         policy = self.liveness
         if not policy.enabled or replica.retiring or replica.process is None:
             return
-        probation = replica.probation
-        if probation is None:
+        if replica.probation is None:
             replica.probation = Probation(next_at=now + policy.period_sec)
             return
-        task = probation.running
-        if task is not None:
-            if not task.done():
-                return
-            probation.running = None
-            failure = None if task.cancelled() else task.exception()
-            reason = f"the probe failed: {failure!r}" if failure is not None else task.result()
-            if reason is None:
-                probation.passed()
-            else:
-                probation.missed(now, reason)
-                self._log(replica, f"health check failed ({probation.misses}/{policy.failures}): {reason}")
-                if probation.misses >= policy.failures:
-                    self._kill_unresponsive(replica, now, probation)
-                    return
-        if now >= probation.next_at:
-            probation.next_at = now + policy.period_sec
-            host, port = replica.sock.getsockname()[:2]
-            probation.running = asyncio.ensure_future(probe(host, port, policy.timeout_sec))
+        host, port = replica.sock.getsockname()[:2]
+        missed = replica.probation.step(now, policy, host, port)
+        if missed is not None:
+            self._log(
+                replica, f"health check failed ({replica.probation.misses}/{policy.failures}): {missed}"
+            )
+            if replica.probation.misses >= policy.failures:
+                self._kill_unresponsive(replica, now, replica.probation)
 
     def _kill_unresponsive(self, replica: _Replica, now: float, probation: Probation) -> None:
         assert replica.process is not None and probation.first_miss_at is not None
@@ -442,12 +405,17 @@ class Supervisor:
         deadline = time.monotonic() + timeout
         for name in names:
             replicas = [r for r in self.replicas if r.spec.name == name]
-            down = [r for r in replicas if r.process is None]
+            # A crash-looping replica may be in one of its slow attempts: that one is ended first.
+            down = [r for r in replicas if r.process is None or r.record.state == "failed"]
             if not down:
                 first = replicas[0].record
                 await self.replace(name, first.directory, first.code_version, deadline - time.monotonic())
                 continue
             for replica in down:
+                if replica.process is not None:
+                    kill_group(replica.process.pid)
+                    replica.process.kill()
+                    replica.process.wait()
                 replica.crashes = 0
                 replica.restart_at = None
                 replica.ever_ready = False

@@ -13,6 +13,7 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -145,9 +146,7 @@ def test_a_crash_loop_is_retried_slowly_and_answered_503_at_once(
         pid = pid_of("looping", "Doubler")
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        wait_until(
-            lambda: read_state("looping").replicas("Doubler")[0].state == "failed", 90, "a crash loop"
-        )
+        wait_until(lambda: read_state("looping").replicas("Doubler")[0].state == "failed", 90, "a crash loop")
         doubler = read_state("looping").replicas("Doubler")[0]
         started = time.monotonic()
         direct = httpx.post(doubler.url + "/run_remote", json={"x": 1}, timeout=30)
@@ -163,9 +162,7 @@ def test_a_crash_loop_is_retried_slowly_and_answered_503_at_once(
 
         # Fixed: the supervisor starts it again by itself, no `chains restart` needed.
         flag.unlink()
-        wait_until(
-            lambda: read_state("looping").replicas("Doubler")[0].state == "ready", 120, "Doubler back"
-        )
+        wait_until(lambda: read_state("looping").replicas("Doubler")[0].state == "ready", 120, "Doubler back")
         answer = httpx.post(handle.entrypoint_url + "/run_remote", json={"x": 4}, timeout=30)
         assert answer.status_code == 200 and answer.json()[0] == 8
         restarts = read_state("looping").replicas("Doubler")[0].restarts
@@ -219,3 +216,53 @@ def test_a_chainlets_helper_processes_end_with_it(
         os.kill(read_state("spawner").supervisor_pid, signal.SIGKILL)
         wait_until(lambda: not _alive(chainlet), 10, "the chainlet to die with its supervisor")
     wait_until(lambda: not _alive(helper), 10, "the orphaned helper to end with `chains stop`")
+
+
+def test_a_stale_chain_counts_no_replica_ready(chains_home: Path) -> None:
+    with pushed("DoublerEntry", "orphaned", file=SUPERVISED):
+        state = read_state("orphaned")
+        os.kill(state.supervisor_pid, signal.SIGKILL)
+        wait_until(lambda: not any(_alive(p.pid) for p in state.processes if p.pid), 10, "chainlets gone")
+        line = next(line for line in cli("status").stdout.splitlines() if line.startswith("orphaned "))
+        assert "stale (supervisor gone)  0/2 ready" in line, line
+
+
+@pytest.fixture
+def memory_cgroup() -> Iterator[Path]:
+    """A memory cgroup of 96 MiB of the test's own (v2, else v1), removed after."""
+    v2, v1 = Path("/sys/fs/cgroup/cgroup.controllers"), Path("/sys/fs/cgroup/memory")
+    base = v1 if v1.is_dir() else Path("/sys/fs/cgroup")
+    group = base / f"chains-oom-{os.getpid()}"
+    try:
+        if os.geteuid() != 0 or not (v1.is_dir() or "memory" in v2.read_text()):
+            raise OSError("not root, or no memory cgroup")
+        group.mkdir()
+    except OSError as exc:
+        why = f"needs root and a memory cgroup to make a chainlet run out of memory ({exc})"
+        if os.environ.get("CHAINS_REQUIRE_ROOT"):
+            pytest.fail(why)
+        pytest.skip(why)
+    limit = str(96 * 1024 * 1024)
+    (group / ("memory.limit_in_bytes" if base == v1 else "memory.max")).write_text(limit)
+    try:
+        yield group
+    finally:
+        wait_until(lambda: not (group / "cgroup.procs").read_text().strip(), 10, "the cgroup empty")
+        group.rmdir()
+
+
+def test_an_out_of_memory_death_is_named_as_such(chains_home: Path, memory_cgroup: Path) -> None:
+    with pushed("Hog", "hog", file=SUPERVISED) as handle:
+        pid = pid_of("hog", "Hog")
+        assert pid is not None
+        (memory_cgroup / "cgroup.procs").write_text(str(pid))
+        with pytest.raises(httpx.TransportError):
+            httpx.post(handle.entrypoint_url + "/run_remote", json={"megabytes": 400}, timeout=60)
+        wait_until(lambda: pid_of("hog", "Hog") not in (None, pid), 30, "Hog restarted")
+        reason = read_state("hog").replicas("Hog")[0].reason or ""
+        assert "out of memory" in reason, reason
+        assert "was killed for running out of memory" in log_of("hog", "Hog")
+        assert "out of memory" in cli("status", "hog").stdout
+        answer = httpx.post(handle.entrypoint_url + "/run_remote", json={"megabytes": 1}, timeout=30)
+        assert answer.status_code == 200
+    record("oom_death", reason=reason)

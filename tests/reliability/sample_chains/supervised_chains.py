@@ -51,3 +51,10 @@ class Spawner(chains.ChainletBase):
 
     async def run_remote(self) -> list[int]:
         return [os.getpid(), self._helper.pid]
+
+
+class Hog(chains.ChainletBase):
+    async def run_remote(self, megabytes: int) -> int:
+        block = bytearray(megabytes * 1024 * 1024)
+        block[::4096] = b"x" * len(block[::4096])  # touched, so the pages are really taken
+        return os.getpid()
