@@ -120,7 +120,7 @@ def status(name: str | None, as_json: bool) -> None:
     for p in state.processes:
         if p.reason:
             label = p.chainlet + (f"[{p.replica}]" if len(state.replicas(p.chainlet)) > 1 else "")
-            click.echo(f"  {label} last went down: {p.reason}")
+            click.echo(f"{label} last went down: {p.reason}")
 
 
 def _batching(url: str, verify: ssl.SSLContext | bool) -> str | None:

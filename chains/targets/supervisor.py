@@ -79,6 +79,9 @@ RESTART_WINDOW_SEC = 60.0
 # Crashes in a row after which a replica is shown as failed (a crash loop); it is still
 # started again, ever more slowly.
 MAX_RESTARTS_IN_WINDOW = 5
+# A restart delayed this long has its port answer 503 meanwhile; a shorter one keeps the calls
+# in the backlog, where the restart (a stub's retries would span it) answers them.
+ANSWER_WHILE_DOWN_SEC = 2.0
 # The longest wait between two starts of a crash-looping replica (Kubernetes' CrashLoopBackOff cap).
 MAX_BACKOFF_SEC = 300.0
 _POLL_SEC = 0.05
@@ -315,7 +318,7 @@ class Supervisor:
         else:
             record.state = "restarting"
             self._log(replica, f"{why}; restarting in {delay:.2f}s")
-        if delay > 0 and not refused:
+        if delay >= ANSWER_WHILE_DOWN_SEC and not refused:
             await self._answer_while_down(replica)
         self.write_state()
 
