@@ -121,6 +121,8 @@ def status(name: str | None, as_json: bool) -> None:
         if p.reason:
             label = p.chainlet + (f"[{p.replica}]" if len(state.replicas(p.chainlet)) > 1 else "")
             click.echo(f"{label} last went down: {p.reason}")
+        if p.log_lines_lost:
+            click.echo(f"{p.chainlet}: {p.log_lines_lost} log lines could not be written (is the disk full?)")
 
 
 def _batching(url: str, verify: ssl.SSLContext | bool) -> str | None:

@@ -36,6 +36,7 @@ from chains.errors import ChainsRuntimeError
 from chains.targets.down_answer import DownAnswer
 from chains.targets.exits import describe_exit, die_with, kill_group, oom_kill_count
 from chains.targets.liveness import LivenessPolicy, Probation
+from chains.targets.log_writer import LogLimits, LogPipe, RotatingLog
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -96,6 +97,7 @@ class _Replica:
     sock: socket.socket
     log_path: Path
     record: ChainletProcess
+    log: RotatingLog
     process: subprocess.Popen[bytes] | None = None
     ever_ready: bool = False
     crashes: int = 0  # in a row: renewed once a process has been ready for RESTART_WINDOW_SEC
@@ -126,6 +128,8 @@ class Supervisor:
         self.identity = process_identity(os.getpid())
         self.write_error: str | None = None  # why the last state write failed, until one succeeds
         self.liveness = LivenessPolicy.from_environment(os.environ)
+        self.log_limits = LogLimits.from_environment(os.environ)
+        self._log_pipes: set[asyncio.Future[Any]] = set()
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -160,7 +164,8 @@ class Supervisor:
                     directory=chainlet.directory,
                     code_version=chainlet.code_version,
                 )
-                self.replicas.append(_Replica(chainlet, index, sock, log_path, record))
+                log = RotatingLog(log_path, self.log_limits)
+                self.replicas.append(_Replica(chainlet, index, sock, log_path, record, log))
 
     def _take_entry_socket(self, port: int | None) -> socket.socket | None:
         """The entrypoint's listening socket of the deployment this one replaces, asked of its
@@ -223,20 +228,25 @@ class Supervisor:
         ready_file.unlink(missing_ok=True)
         env["CHAINS_READY_FILE"] = str(ready_file)
         fd = replica.sock.fileno()
-        log = open(replica.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
-        try:
-            process = subprocess.Popen(
-                [self.deployment.python, "server.py", "--fd", str(fd)],
-                cwd=directory or replica.record.directory,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(fd,),
-                preexec_fn=self._preexec,
-            )
-        finally:
-            log.close()
+        # Through a pipe, not the file itself: the supervisor rotates the file and counts
+        # what it cannot write; a chainlet writing faster than the disk takes waits on the pipe.
+        process = subprocess.Popen(
+            [self.deployment.python, "server.py", "--fd", str(fd)],
+            cwd=directory or replica.record.directory,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(fd,),
+            preexec_fn=self._preexec,
+        )
+        assert process.stdout is not None
+        log = replica.log
+        copying = asyncio.ensure_future(
+            asyncio.get_running_loop().connect_read_pipe(lambda: LogPipe(log), process.stdout)
+        )
+        self._log_pipes.add(copying)  # a reference until connected, as the loop keeps weak ones
+        copying.add_done_callback(self._log_pipes.discard)
         self._ready_files[process.pid] = ready_file
         # Read while the child is ours and unreaped, so the pid cannot name another process yet.
         self._identities[process.pid] = process_identity(process.pid)
@@ -470,11 +480,10 @@ class Supervisor:
 
     def _log(self, replica: _Replica, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        try:
-            with open(replica.log_path, "a") as log:
-                log.write(f"{stamp} SUPERVISOR {replica.spec.name}: {message}\n")
-        except OSError as exc:  # a full disk: say it where it may still get through
-            _say(f"{replica.spec.name}: {message} (not written to {replica.log_path}: {exc})")
+        lost = replica.log.lost_lines
+        replica.log.write(f"{stamp} SUPERVISOR {replica.spec.name}: {message}\n".encode())
+        if replica.log.lost_lines > lost:  # a full disk: say it where it may still get through
+            _say(f"{replica.spec.name}: {message} (not written to {replica.log_path})")
 
     async def replace(self, chainlet: str, directory: str, code_version: str, timeout: float) -> None:
         """Start new processes of ``chainlet`` from ``directory`` on the same sockets; once
@@ -517,6 +526,7 @@ class Supervisor:
         for replica in self.replicas:
             pid = replica.record.pid
             replica.record.identity = self._identities.get(pid) if pid else None
+            replica.record.log_lines_lost = replica.log.lost_lines
         return ChainState(
             chain=self.deployment.chain,
             deployment=self.deployment.id,

@@ -58,3 +58,11 @@ class Hog(chains.ChainletBase):
         block = bytearray(megabytes * 1024 * 1024)
         block[::4096] = b"x" * len(block[::4096])  # touched, so the pages are really taken
         return os.getpid()
+
+
+class Chatty(chains.ChainletBase):
+    async def run_remote(self, lines: int, tag: str) -> int:
+        for n in range(lines):
+            print(f"{tag} line {n:07d} " + "x" * 60, flush=n % 100 == 99)
+        print(f"{tag} done", flush=True)
+        return lines
