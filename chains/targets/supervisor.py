@@ -18,21 +18,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import signal
 import socket
-import stat
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chains.errors import ChainsRuntimeError
+from chains.targets.control_sockets import (
+    ENTRY_SOCKET_COMMAND,
+    control_socket_path,
+    send_entry_socket,
+    take_entry_socket,
+)
 from chains.targets.down_answer import DownAnswer
 from chains.targets.exits import describe_exit, die_with, kill_group, oom_kill_count
 from chains.targets.liveness import LivenessPolicy, Probation
@@ -51,30 +53,6 @@ __all__ = ["PID_FILE", "Supervisor", "control_socket_path", "main"]
 PID_FILE = "supervisor.pid"
 
 
-def control_socket_path(deploy_dir: Path) -> Path:
-    """Where a deployment's supervisor listens for commands.
-
-    Not inside the deployment folder: a unix socket path is limited to about 100 bytes,
-    which a deep ``CHAINS_HOME`` exceeds. A private folder per user, named by a hash of
-    the deployment's path, keeps it short and owner-only.
-    """
-    runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()) / f"chains-{os.getuid()}"
-    runtime.mkdir(mode=0o700, exist_ok=True)
-    # The folder's name is predictable and the temp dir shared: a folder someone else created
-    # first (or a link they planted) would let them replace the sockets the CLI talks to.
-    info = runtime.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise ChainsRuntimeError(
-            f"{runtime} is not a folder owned by this user (it is owned by uid {info.st_uid}); someone "
-            "may have created it to take over the chains supervisors' control sockets: remove it, or "
-            "set XDG_RUNTIME_DIR to a private folder"
-        )
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(runtime, 0o700)
-    digest = hashlib.sha256(str(deploy_dir.resolve()).encode()).hexdigest()[:20]
-    return runtime / f"{digest}.sock"
-
-
 # A replica that has been ready this long has its crash count (and so its back-off) renewed.
 RESTART_WINDOW_SEC = 60.0
 # Crashes in a row after which a replica is shown as failed (a crash loop); it is still
@@ -86,8 +64,6 @@ ANSWER_WHILE_DOWN_SEC = 2.0
 # The longest wait between two starts of a crash-looping replica (Kubernetes' CrashLoopBackOff cap).
 MAX_BACKOFF_SEC = 300.0
 _POLL_SEC = 0.05
-# The control command that answers with the entrypoint's listening socket (SCM_RIGHTS).
-ENTRY_SOCKET_COMMAND = "entry_socket"
 
 
 @dataclass
@@ -150,7 +126,11 @@ class Supervisor:
         for chainlet in self.deployment.chainlets:
             for index in range(chainlet.replicas):
                 port = self.deployment.entry_port if chainlet.is_entrypoint and index == 0 else 0
-                taken = self._take_entry_socket(port) if chainlet.is_entrypoint and index == 0 else None
+                taken = (
+                    take_entry_socket(self.deployment.entry_socket_from, port)
+                    if chainlet.is_entrypoint and index == 0
+                    else None
+                )
                 sock = taken or self._listen(port or 0)
                 bound = sock.getsockname()[1]
                 suffix = f"-{index}" if chainlet.replicas > 1 else ""
@@ -166,46 +146,6 @@ class Supervisor:
                 )
                 log = RotatingLog(log_path, self.log_limits)
                 self.replicas.append(_Replica(chainlet, index, sock, log_path, record, log))
-
-    def _take_entry_socket(self, port: int | None) -> socket.socket | None:
-        """The entrypoint's listening socket of the deployment this one replaces, asked of its
-        supervisor; None when there is none to take (then the port is bound anew).
-
-        Both deployments then serve one accept queue: a connection waiting in it is accepted
-        by whichever process accepts next, where two sockets bound with ``SO_REUSEPORT`` would
-        each have a queue of their own, and closing the old one would reset the connections
-        waiting in it.
-        """
-        source = self.deployment.entry_socket_from
-        if source is None or port is None:
-            return None
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as control:
-                control.settimeout(10)
-                control.connect(str(control_socket_path(Path(source))))
-                control.sendall(json.dumps({"cmd": ENTRY_SOCKET_COMMAND}).encode() + b"\n")
-                _, fds, _, _ = socket.recv_fds(control, 4096, 1)
-        except OSError as exc:
-            print(f"binding the entrypoint's port anew: it was not handed over ({exc})", file=sys.stderr)
-            return None
-        if not fds:
-            print("binding the entrypoint's port anew: it was not handed over", file=sys.stderr)
-            return None
-        sock = socket.socket(fileno=fds[0])
-        if sock.type != socket.SOCK_STREAM or sock.getsockname()[1] != port:
-            sock.close()
-            return None
-        sock.set_inheritable(True)
-        return sock
-
-    def _send_entry_socket(self, writer: asyncio.StreamWriter) -> None:
-        """Hand the entrypoint's listening socket to the supervisor of the next deployment."""
-        entry = next(r for r in self.replicas if r.spec.is_entrypoint and r.index == 0)
-        transport_socket = writer.get_extra_info("socket")
-        # A copy of the connection's descriptor, as the transport's own object cannot send
-        # descriptors; the answer is one short message, which a fresh unix socket takes whole.
-        with socket.socket(fileno=os.dup(transport_socket.fileno())) as connection:
-            socket.send_fds(connection, [b'{"ok": true}\n'], [entry.sock.fileno()])
 
     def dependency_urls(self) -> dict[str, list[str]]:
         urls: dict[str, list[str]] = {}
@@ -585,7 +525,8 @@ class Supervisor:
                 )
                 answer = {"ok": True, "restarted": restarted}
             elif command == ENTRY_SOCKET_COMMAND:
-                self._send_entry_socket(writer)
+                entry = next(r for r in self.replicas if r.spec.is_entrypoint and r.index == 0)
+                send_entry_socket(writer, entry.sock)
                 writer.close()
                 return
             elif command == "stop":
