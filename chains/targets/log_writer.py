@@ -59,9 +59,13 @@ class RotatingLog:
         self.limits = limits
         self.lost_lines = 0
         self._lost_said = 0
-        self._file = open(path, "ab")  # noqa: SIM115 - kept open while the replica runs
+        self._closed = False
+        # Unbuffered: a write a full disk refuses is counted as lost, not kept to go out later.
+        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - kept open while the replica runs
 
     def write(self, data: bytes) -> None:
+        if self._closed:  # the supervisor has stopped: its processes have nothing left to say
+            return
         try:
             self._reopen_if_moved()
             room = self.limits.max_bytes - self._file.tell()
@@ -81,18 +85,21 @@ class RotatingLog:
             self._say_lost()
 
     def close(self) -> None:
+        self._closed = True
         with contextlib.suppress(OSError):
             self._file.close()
 
     def _reopen_if_moved(self) -> None:
-        # Another deployment's supervisor (a re-push) may have rotated the file under this one.
+        # Another deployment's supervisor (a re-push) may have rotated the file under this one;
+        # a rotation that failed half-way (a full disk) left it closed.
         try:
-            moved = os.stat(self.path).st_ino != os.fstat(self._file.fileno()).st_ino
+            moved = self._file.closed or os.stat(self.path).st_ino != os.fstat(self._file.fileno()).st_ino
         except FileNotFoundError:
             moved = True
         if moved:
-            self._file.close()
-            self._file = open(self.path, "ab")  # noqa: SIM115
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115
 
     def _rotate(self) -> None:
         self._file.close()
@@ -106,7 +113,7 @@ class RotatingLog:
                 if older.exists():
                     older.rename(f"{self.path}.{number + 1}")
             self.path.rename(f"{self.path}.1")
-        self._file = open(self.path, "ab")  # noqa: SIM115
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115
 
     def _lost(self, data: bytes, exc: OSError) -> None:
         first = self.lost_lines == 0 or self.lost_lines == self._lost_said
@@ -135,6 +142,10 @@ class LogPipe(asyncio.Protocol):
 
     def __init__(self, log: RotatingLog) -> None:
         self._log = log
+        self.ended = asyncio.Event()  # the process's end of the pipe is closed, all of it written
 
     def data_received(self, data: bytes) -> None:
         self._log.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended.set()

@@ -105,7 +105,8 @@ class Supervisor:
         self.write_error: str | None = None  # why the last state write failed, until one succeeds
         self.liveness = LivenessPolicy.from_environment(os.environ)
         self.log_limits = LogLimits.from_environment(os.environ)
-        self._log_pipes: set[asyncio.Future[Any]] = set()
+        self._connecting: set[asyncio.Future[Any]] = set()
+        self._log_pipes: set[LogPipe] = set()
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -181,12 +182,14 @@ class Supervisor:
             preexec_fn=self._preexec,
         )
         assert process.stdout is not None
-        log = replica.log
+        self._log_pipes = {p for p in self._log_pipes if not p.ended.is_set()}
+        pipe = LogPipe(replica.log)
         copying = asyncio.ensure_future(
-            asyncio.get_running_loop().connect_read_pipe(lambda: LogPipe(log), process.stdout)
+            asyncio.get_running_loop().connect_read_pipe(lambda: pipe, process.stdout)
         )
-        self._log_pipes.add(copying)  # a reference until connected, as the loop keeps weak ones
-        copying.add_done_callback(self._log_pipes.discard)
+        self._connecting.add(copying)  # a reference until connected, as the loop keeps weak ones
+        copying.add_done_callback(self._connecting.discard)
+        self._log_pipes.add(pipe)
         self._ready_files[process.pid] = ready_file
         # Read while the child is ours and unreaped, so the pid cannot name another process yet.
         self._identities[process.pid] = process_identity(process.pid)
@@ -564,8 +567,15 @@ class Supervisor:
                 if p is not None
             ]
             await self._stop_processes(processes, max(deadline, time.monotonic() + 1.0))
+        # The last lines the chainlets wrote as they stopped (their drain) are still in the pipes.
+        ends = [asyncio.ensure_future(p.ended.wait()) for p in self._log_pipes if not p.ended.is_set()]
+        if ends:
+            _, pending = await asyncio.wait(ends, timeout=2.0)
+            for end in pending:
+                end.cancel()
         for replica in self.replicas:
             self._close_answer(replica)
+            replica.log.close()
             replica.record.state = "stopped"
             replica.record.pid = None
             replica.sock.close()
