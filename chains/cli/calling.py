@@ -233,13 +233,20 @@ async def converse_with_entrypoint(
         async with connect(ws_url, additional_headers=headers, max_size=None, **secure) as ws:
             threading.Thread(target=read_lines, daemon=True).start()
             sender = asyncio.ensure_future(send_lines(ws))
+            receiving = asyncio.ensure_future(ws.recv())
             try:
                 while True:
-                    wait = None if not sender.done() else idle_sec
-                    try:
-                        message = await asyncio.wait_for(ws.recv(), wait)
-                    except TimeoutError:
+                    # The input's end is waited for together with the next reply: it may come
+                    # after the last reply (Ctrl-D once it is printed), and from then on only
+                    # ``idle_sec`` of silence is waited, not the next reply or the ping timeout.
+                    if not sender.done():
+                        await asyncio.wait({receiving, sender}, return_when=asyncio.FIRST_COMPLETED)
+                        if not receiving.done():
+                            continue
+                    elif not (await asyncio.wait({receiving}, timeout=idle_sec))[0]:
                         return
+                    message = receiving.result()
+                    receiving = asyncio.ensure_future(ws.recv())
                     if isinstance(message, bytes):
                         binary = getattr(out, "buffer", None)
                         if binary is not None:
@@ -252,6 +259,9 @@ async def converse_with_entrypoint(
                     out.flush()
             finally:
                 sender.cancel()
+                receiving.cancel()
+                if sender.done() and not sender.cancelled():
+                    sender.exception()  # a send the closed socket refused: the receive says why
     except InvalidStatus as exc:
         body = bytes(exc.response.body or b"")
         raise CallFailed(_describe_failure(exc.response.status_code, body)) from None

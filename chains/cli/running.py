@@ -64,8 +64,10 @@ def status(name: str | None, as_json: bool) -> None:
             except ChainsError as exc:
                 click.echo(f"{chain_name}  unreadable  ({exc}); `chains stop {chain_name}` cleans up")
                 continue
-            alive = is_alive(state)  # first: a target may refresh the processes as it looks
-            ready = sum(p.state == "ready" for p in state.processes)
+            alive = is_alive(state)
+            # A stale chain's records still say "ready", but nothing supervises its processes
+            # (they died with the supervisor): none of them counts as ready.
+            ready = sum(p.state == "ready" for p in state.processes) if alive else 0
             health = _health(state) if alive else f"stale ({wording(state).gone})"
             click.echo(
                 f"{state.chain}  {health}  {ready}/{len(state.processes)} ready  {state.entrypoint_url}"
@@ -85,8 +87,9 @@ def status(name: str | None, as_json: bool) -> None:
     failed = _failed_chainlets(state)
     if failed and alive:
         click.echo(
-            f"chain {name!r} is degraded: {', '.join(failed)} failed for good and "
-            f"{'is' if len(failed) == 1 else 'are'} not running; bring "
+            f"chain {name!r} is degraded: {', '.join(failed)} failed and "
+            f"{'is' if len(failed) == 1 else 'are'} not running (a crash loop is started again "
+            f"ever more slowly, up to every 5 minutes; see the reason below); bring "
             f"{'it' if len(failed) == 1 else 'them'} back with `chains restart {name}"
             f"{' ' + failed[0] if len(failed) == 1 else ''}`",
             err=True,
@@ -119,6 +122,12 @@ def status(name: str | None, as_json: bool) -> None:
         rows = [(*r, b or "-") for r, b in zip(rows, ["BATCHING", *batching], strict=True)]
     click.echo(f"chain {state.chain!r} (target {state.target}, entrypoint {state.entrypoint_url})")
     click.echo(terminal.table(rows, terminal=terminal.is_terminal(), state_column=3))
+    for p in state.processes:
+        if p.reason:
+            label = p.chainlet + (f"[{p.replica}]" if len(state.replicas(p.chainlet)) > 1 else "")
+            click.echo(f"{label} last went down: {p.reason}")
+        if p.log_lines_lost:
+            click.echo(f"{p.chainlet}: {p.log_lines_lost} log lines could not be written (is the disk full?)")
 
 
 def _batching(url: str, verify: ssl.SSLContext | bool) -> str | None:

@@ -27,6 +27,7 @@ from chains.metrics import Metrics
 from chains.model import building_with
 from chains.server.app import ChainletApp, StreamAborted
 from chains.server.door import guarded_http, raise_open_file_limit
+from chains.server.loop_watch import watch_loop
 from chains.server.settings import SECRET_PREFIX, ServerSettings
 from chains.stubs import StubBase, StubOptions
 from chains.wire import HEALTHZ, READYZ
@@ -184,6 +185,7 @@ class _DrainingServer(uvicorn.Server):
 
     async def serve(self, sockets: Any = None) -> None:
         self._loop = asyncio.get_running_loop()
+        watch_loop(self._loop, self.chainlet_app.spec.name)
         watcher = asyncio.create_task(self._watch_startup())
         try:
             await super().serve(sockets)

@@ -24,7 +24,9 @@ from chains.progress import Board, Stage
 from chains.source_map import SOURCE_DIR_ENV, condense, drop_cancellations, find_cause, to_user_files
 from chains.targets import is_alive
 from chains.targets.environment import chainlet_environment
+from chains.targets.exits import kill_group
 from chains.targets.job_env import job_environment
+from chains.targets.log_writer import owner_only
 from chains.targets.logs import follow_files
 from chains.targets.options import LocalOptions
 from chains.targets.ports import check_port_free, port_free, port_of
@@ -40,7 +42,7 @@ from chains.targets.state import (
     write_private,
     writing,
 )
-from chains.targets.supervisor import PID_FILE, control_socket_path, owner_only
+from chains.targets.supervisor import PID_FILE, control_socket_path
 from chains.targets.wiring import drain_grace
 from chains.tracing import STORE_ENV
 from chains.tracing.store import store_path
@@ -99,6 +101,7 @@ class LocalTarget:
         for process in state.processes:
             if process.pid:
                 _terminate(process.pid, 1.0, process.identity)
+                _end_group(process.pid, process.identity)
         _remove_stale_socket(chain_dir(state.chain) / "deployments" / state.deployment)
 
     def _start_supervisor(self, deploy_dir: Path) -> subprocess.Popen[bytes]:
@@ -421,6 +424,19 @@ def _terminate(pid: int, grace: float, identity: str | None) -> bool:
         time.sleep(0.05)
     _signal(pid, identity, signal.SIGKILL)
     return False
+
+
+def _end_group(pid: int, identity: str | None) -> None:
+    """Kill what is left of the process group of the chainlet that was ``pid``: the helpers
+    it started, which outlive it when its supervisor was killed (nothing stopped them then).
+
+    Only a group that is the chainlet's: either ``pid`` is still that chainlet (running, or
+    dead and not yet reaped), or no process has the pid, and the kernel does not hand out
+    the id of a group that still exists.
+    """
+    found = process_identity(pid)
+    if found is None or found == identity:
+        kill_group(pid)
 
 
 def _signal(pid: int, identity: str | None, sig: signal.Signals) -> bool:

@@ -36,18 +36,54 @@ def follow_files(paths: list[Path], lines: int, follow: bool) -> Iterator[str]:
                 yield labelled(path, line)
         while follow:
             quiet = True
-            for path, handle in handles:
+            for index, (path, handle) in enumerate(handles):
                 for raw in iter(handle.readline, b""):
                     if not raw.endswith(b"\n"):  # a line still being written: wait for its end
                         handle.seek(-len(raw), os.SEEK_CUR)
                         break
                     quiet = False
                     yield labelled(path, raw.decode(errors="replace").rstrip("\r\n"))
+                # Read to its end above: a file rotated away (renamed to NAME.log.1) is left for
+                # the new file at its name, read from its start.
+                renewed = _after_rotation(path, handle)
+                if renewed is not None:
+                    complete, passed, current = renewed
+                    if not complete:
+                        yield labelled(path, "[chains: older lines were rotated away before they were read]")
+                    for rotated in passed:  # whole files rotated away since the last look
+                        with rotated:
+                            for raw in rotated:
+                                yield labelled(path, raw.decode(errors="replace").rstrip("\r\n"))
+                    handle.close()
+                    handles[index] = (path, current)
+                    quiet = False
             if quiet:
                 time.sleep(0.2)
     finally:
         for _, handle in handles:
             handle.close()
+
+
+def _after_rotation(path: Path, handle: BinaryIO) -> tuple[bool, list[BinaryIO], BinaryIO] | None:
+    """None while ``handle`` reads the file at ``path``; once that was rotated away (renamed
+    to ``NAME.log.1``), the files to read next, oldest first: those rotated after it (a fast
+    writer rotates several times between two looks), then the new file at ``path``; and
+    False first when files between it and the oldest kept were removed (their lines are lost
+    to this reader, which says so)."""
+    try:
+        if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+            return None
+        read = os.fstat(handle.fileno()).st_ino
+        rotated: list[Path] = []
+        while (older := Path(f"{path}.{len(rotated) + 1}")).exists():
+            rotated.append(older)
+        inodes = [r.stat().st_ino for r in rotated]
+        found = read in inodes or not rotated
+        newer = rotated[: inodes.index(read)] if read in inodes else rotated
+        opened: list[BinaryIO] = [open(r, "rb") for r in reversed(newer)]  # noqa: SIM115 - read by the caller
+        return found, opened, open(path, "rb")
+    except FileNotFoundError:
+        return None  # in the middle of a rotation: next time
 
 
 def last_lines(handle: BinaryIO, count: int, *, unfinished: bool = True) -> list[str]:

@@ -160,6 +160,9 @@ class ChainletProcess(pydantic.BaseModel):
     restarts: int = 0
     started_at: float = 0.0
     last_exit: int | None = None
+    # Why it last went down, in words ("not answering its health check for 9s"), for status.
+    reason: str | None = None
+    log_lines_lost: int = 0  # lines its log could not take (a full disk), counted by the supervisor
     log: str = ""
     directory: str = ""
     code_version: str = ""

@@ -2,8 +2,10 @@
 
 It owns every chainlet's listening socket and hands it to the chainlet process, so that a
 restarted (or replaced) process serves the same port and calls made in between wait in the
-socket's backlog instead of being refused. It restarts crashed chainlets with backoff,
-gives up on one that keeps crashing, records what runs in ``state.json``, and takes
+socket's backlog instead of being refused. It restarts crashed chainlets with backoff (a
+crash loop is retried ever more slowly, up to every 5 minutes, its port answering 503 at
+once meanwhile), restarts hung ones (:mod:`chains.targets.liveness`), stops every process a
+chainlet started with it (a process group each), records what runs in ``state.json``, and takes
 commands (``replace``, ``restart``, ``stop``, ``state``, and ``entry_socket``, which hands the entrypoint's
 listening socket to the deployment replacing this one) on a unix socket.
 
@@ -16,23 +18,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import hashlib
 import json
 import os
 import signal
 import socket
-import stat
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chains.errors import ChainsRuntimeError
+from chains.targets.control_sockets import (
+    ENTRY_SOCKET_COMMAND,
+    control_socket_path,
+    send_entry_socket,
+    take_entry_socket,
+)
+from chains.targets.down_answer import DownAnswer
+from chains.targets.exits import describe_exit, die_with, kill_group, oom_kill_count
+from chains.targets.liveness import LivenessPolicy, Probation
+from chains.targets.log_writer import LogLimits, LogPipe, RotatingLog
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -47,65 +53,17 @@ __all__ = ["PID_FILE", "Supervisor", "control_socket_path", "main"]
 PID_FILE = "supervisor.pid"
 
 
-def owner_only(path: str, flags: int) -> int:
-    """An ``open()`` opener for log files: readable by their owner alone, since they hold
-    exception messages and request ids. An older file that others could read is made so too."""
-    fd = os.open(path, flags, 0o600)
-    os.fchmod(fd, 0o600)
-    return fd
-
-
-def control_socket_path(deploy_dir: Path) -> Path:
-    """Where a deployment's supervisor listens for commands.
-
-    Not inside the deployment folder: a unix socket path is limited to about 100 bytes,
-    which a deep ``CHAINS_HOME`` exceeds. A private folder per user, named by a hash of
-    the deployment's path, keeps it short and owner-only.
-    """
-    runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()) / f"chains-{os.getuid()}"
-    runtime.mkdir(mode=0o700, exist_ok=True)
-    # The folder's name is predictable and the temp dir shared: a folder someone else created
-    # first (or a link they planted) would let them replace the sockets the CLI talks to.
-    info = runtime.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise ChainsRuntimeError(
-            f"{runtime} is not a folder owned by this user (it is owned by uid {info.st_uid}); someone "
-            "may have created it to take over the chains supervisors' control sockets: remove it, or "
-            "set XDG_RUNTIME_DIR to a private folder"
-        )
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(runtime, 0o700)
-    digest = hashlib.sha256(str(deploy_dir.resolve()).encode()).hexdigest()[:20]
-    return runtime / f"{digest}.sock"
-
-
+# A replica that has been ready this long has its crash count (and so its back-off) renewed.
 RESTART_WINDOW_SEC = 60.0
+# Crashes in a row after which a replica is shown as failed (a crash loop); it is still
+# started again, ever more slowly.
 MAX_RESTARTS_IN_WINDOW = 5
+# A restart delayed this long has its port answer 503 meanwhile; a shorter one keeps the calls
+# in the backlog, where the restart (a stub's retries would span it) answers them.
+ANSWER_WHILE_DOWN_SEC = 2.0
+# The longest wait between two starts of a crash-looping replica (Kubernetes' CrashLoopBackOff cap).
+MAX_BACKOFF_SEC = 300.0
 _POLL_SEC = 0.05
-# The control command that answers with the entrypoint's listening socket (SCM_RIGHTS).
-ENTRY_SOCKET_COMMAND = "entry_socket"
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with(parent: int) -> Callable[[], None] | None:
-    """What a child runs before ``exec`` so that the kernel kills it when ``parent`` dies.
-
-    The signal follows the death of the thread that forked the child, so children are
-    spawned from the main thread only (the event loop's). The check of ``getppid`` closes
-    the window in which the parent died before the request was made. None where ``prctl``
-    does not exist (not Linux).
-    """
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in the child
-    except (OSError, AttributeError):
-        return None
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec
 
 
 @dataclass
@@ -115,11 +73,17 @@ class _Replica:
     sock: socket.socket
     log_path: Path
     record: ChainletProcess
+    log: RotatingLog
     process: subprocess.Popen[bytes] | None = None
     ever_ready: bool = False
-    restart_times: list[float] = field(default_factory=list)
+    crashes: int = 0  # in a row: renewed once a process has been ready for RESTART_WINDOW_SEC
+    ready_since: float | None = None
     restart_at: float | None = None
     retiring: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    probation: Probation | None = None
+    killed_because: str | None = None  # set when the supervisor kills it (a failed liveness probe)
+    oom_kills_at_start: int | None = None
+    answer: DownAnswer | None = None  # 503s on its port while it is down for a while
 
 
 class Supervisor:
@@ -136,9 +100,13 @@ class Supervisor:
         self._spawned = 0
         self._ready_files: dict[int, Path] = {}
         self._identities: dict[int, str | None] = {}
-        self._preexec = _die_with(os.getpid())
+        self._preexec = die_with(os.getpid())
         self.identity = process_identity(os.getpid())
         self.write_error: str | None = None  # why the last state write failed, until one succeeds
+        self.liveness = LivenessPolicy.from_environment(os.environ)
+        self.log_limits = LogLimits.from_environment(os.environ)
+        self._connecting: set[asyncio.Future[Any]] = set()
+        self._log_pipes: set[LogPipe] = set()
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -159,7 +127,11 @@ class Supervisor:
         for chainlet in self.deployment.chainlets:
             for index in range(chainlet.replicas):
                 port = self.deployment.entry_port if chainlet.is_entrypoint and index == 0 else 0
-                taken = self._take_entry_socket(port) if chainlet.is_entrypoint and index == 0 else None
+                taken = (
+                    take_entry_socket(self.deployment.entry_socket_from, port)
+                    if chainlet.is_entrypoint and index == 0
+                    else None
+                )
                 sock = taken or self._listen(port or 0)
                 bound = sock.getsockname()[1]
                 suffix = f"-{index}" if chainlet.replicas > 1 else ""
@@ -173,47 +145,8 @@ class Supervisor:
                     directory=chainlet.directory,
                     code_version=chainlet.code_version,
                 )
-                self.replicas.append(_Replica(chainlet, index, sock, log_path, record))
-
-    def _take_entry_socket(self, port: int | None) -> socket.socket | None:
-        """The entrypoint's listening socket of the deployment this one replaces, asked of its
-        supervisor; None when there is none to take (then the port is bound anew).
-
-        Both deployments then serve one accept queue: a connection waiting in it is accepted
-        by whichever process accepts next, where two sockets bound with ``SO_REUSEPORT`` would
-        each have a queue of their own, and closing the old one would reset the connections
-        waiting in it.
-        """
-        source = self.deployment.entry_socket_from
-        if source is None or port is None:
-            return None
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as control:
-                control.settimeout(10)
-                control.connect(str(control_socket_path(Path(source))))
-                control.sendall(json.dumps({"cmd": ENTRY_SOCKET_COMMAND}).encode() + b"\n")
-                _, fds, _, _ = socket.recv_fds(control, 4096, 1)
-        except OSError as exc:
-            print(f"binding the entrypoint's port anew: it was not handed over ({exc})", file=sys.stderr)
-            return None
-        if not fds:
-            print("binding the entrypoint's port anew: it was not handed over", file=sys.stderr)
-            return None
-        sock = socket.socket(fileno=fds[0])
-        if sock.type != socket.SOCK_STREAM or sock.getsockname()[1] != port:
-            sock.close()
-            return None
-        sock.set_inheritable(True)
-        return sock
-
-    def _send_entry_socket(self, writer: asyncio.StreamWriter) -> None:
-        """Hand the entrypoint's listening socket to the supervisor of the next deployment."""
-        entry = next(r for r in self.replicas if r.spec.is_entrypoint and r.index == 0)
-        transport_socket = writer.get_extra_info("socket")
-        # A copy of the connection's descriptor, as the transport's own object cannot send
-        # descriptors; the answer is one short message, which a fresh unix socket takes whole.
-        with socket.socket(fileno=os.dup(transport_socket.fileno())) as connection:
-            socket.send_fds(connection, [b'{"ok": true}\n'], [entry.sock.fileno()])
+                log = RotatingLog(log_path, self.log_limits)
+                self.replicas.append(_Replica(chainlet, index, sock, log_path, record, log))
 
     def dependency_urls(self) -> dict[str, list[str]]:
         urls: dict[str, list[str]] = {}
@@ -236,20 +169,27 @@ class Supervisor:
         ready_file.unlink(missing_ok=True)
         env["CHAINS_READY_FILE"] = str(ready_file)
         fd = replica.sock.fileno()
-        log = open(replica.log_path, "ab", opener=owner_only)  # noqa: SIM115 - handed to the child, closed below
-        try:
-            process = subprocess.Popen(
-                [self.deployment.python, "server.py", "--fd", str(fd)],
-                cwd=directory or replica.record.directory,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(fd,),
-                preexec_fn=self._preexec,
-            )
-        finally:
-            log.close()
+        # Through a pipe, not the file itself: the supervisor rotates the file and counts
+        # what it cannot write; a chainlet writing faster than the disk takes waits on the pipe.
+        process = subprocess.Popen(
+            [self.deployment.python, "server.py", "--fd", str(fd)],
+            cwd=directory or replica.record.directory,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(fd,),
+            preexec_fn=self._preexec,
+        )
+        assert process.stdout is not None
+        self._log_pipes = {p for p in self._log_pipes if not p.ended.is_set()}
+        pipe = LogPipe(replica.log)
+        copying = asyncio.ensure_future(
+            asyncio.get_running_loop().connect_read_pipe(lambda: pipe, process.stdout)
+        )
+        self._connecting.add(copying)  # a reference until connected, as the loop keeps weak ones
+        copying.add_done_callback(self._connecting.discard)
+        self._log_pipes.add(pipe)
         self._ready_files[process.pid] = ready_file
         # Read while the child is ours and unreaped, so the pid cannot name another process yet.
         self._identities[process.pid] = process_identity(process.pid)
@@ -259,16 +199,23 @@ class Supervisor:
         return process.poll() is None and self._ready_files[process.pid].exists()
 
     def start(self, replica: _Replica) -> None:
+        self._close_answer(replica)
         replica.process = self._spawn(replica)
         replica.record.pid = replica.process.pid
-        replica.record.state = "starting"
+        # A crash loop stays shown as failed through each of its attempts, until one is ready.
+        looping = replica.crashes > MAX_RESTARTS_IN_WINDOW and replica.record.state == "failed"
+        replica.record.state = "failed" if looping else "starting"
         replica.record.started_at = time.time()
+        replica.probation = None
+        replica.ready_since = None
+        replica.oom_kills_at_start = oom_kill_count()
 
     async def _check(self, replica: _Replica) -> None:
         record = replica.record
         now = time.monotonic()
         for old in list(replica.retiring):
             if old.poll() is not None:
+                kill_group(old.pid)  # what the replaced process started
                 replica.retiring.remove(old)
         if replica.process is None:
             if replica.restart_at is not None and now >= replica.restart_at and not self.stopping:
@@ -278,36 +225,112 @@ class Supervisor:
             return
         code = replica.process.poll()
         if code is None:
-            if record.state in ("starting", "restarting") and self._is_ready(replica.process):
+            if record.state in ("starting", "restarting", "failed") and self._is_ready(replica.process):
                 record.state = "ready"
                 replica.ever_ready = True
+                replica.ready_since = now
                 self.write_state()
+            elif record.state == "ready":
+                if replica.ready_since is not None and now - replica.ready_since >= RESTART_WINDOW_SEC:
+                    replica.crashes = 0
+                self._probe(replica, now)
             return
         if self.stopping:
             return
-        # The process is gone without being asked to go.
+        # The process is gone without being asked to go; so is whatever it started.
+        kill_group(replica.process.pid)
         replica.process = None
+        if replica.probation is not None:
+            replica.probation.cancel()
         record.pid = None
         record.last_exit = code
+        why = replica.killed_because or self._exit_words(replica, code)
+        replica.killed_because = None
+        record.reason = why
         refused = self._others_ready(replica)
         if refused:
             self._refuse_while_down(replica)
         if not replica.ever_ready:
             # It never started: restarting would fail the same way.
-            self._give_up(replica, refused, f"exited with code {code} before it was ready")
+            self._give_up(replica, refused, f"{why} before it was ready")
             return
-        replica.restart_times = [t for t in replica.restart_times if now - t < RESTART_WINDOW_SEC]
-        if len(replica.restart_times) >= MAX_RESTARTS_IN_WINDOW:
-            count = len(replica.restart_times) + 1
-            self._give_up(replica, refused, f"crashed {count} times within a minute")
-            return
-        delay = 0.0 if not replica.restart_times else min(0.25 * 2 ** len(replica.restart_times), 5.0)
-        replica.restart_times.append(now)
+        delay = 0.0 if not replica.crashes else min(0.25 * 2**replica.crashes, MAX_BACKOFF_SEC)
+        replica.crashes += 1
         record.restarts += 1
-        record.state = "restarting"
         replica.restart_at = now + delay
-        self._log(replica, f"exited with code {code}; restarting in {delay:.2f}s")
+        if replica.crashes > MAX_RESTARTS_IN_WINDOW:
+            # A crash loop: shown as failed (the chain is degraded), still started again slowly.
+            record.state = "failed"
+            record.reason = f"crash loop ({replica.crashes} crashes in a row; last: {why})"
+            again = f"chains restart {self.deployment.chain} {replica.spec.name}"
+            self._log(
+                replica,
+                f"{why}; crashed {replica.crashes} times in a row: starting it again in {delay:.0f}s "
+                f"(the wait doubles up to {MAX_BACKOFF_SEC / 60:.0f} min; `{again}` starts it now)",
+            )
+        else:
+            record.state = "restarting"
+            self._log(replica, f"{why}; restarting in {delay:.2f}s")
+        if delay >= ANSWER_WHILE_DOWN_SEC and not refused:
+            await self._answer_while_down(replica)
         self.write_state()
+
+    def _exit_words(self, replica: _Replica, code: int) -> str:
+        before, after = replica.oom_kills_at_start, oom_kill_count()
+        oom_kills = after - before if before is not None and after is not None else 0
+        return describe_exit(code, oom_kills)
+
+    # -- liveness ----------------------------------------------------------------------------
+
+    def _probe(self, replica: _Replica, now: float) -> None:
+        """Drive the liveness probes of a ready replica; kill it once they say it is dead (it is
+        then restarted as a crashed one). Not while a replaced process still drains on the
+        same socket, as its answer would be taken for the new one's."""
+        policy = self.liveness
+        if not policy.enabled or replica.retiring or replica.process is None:
+            return
+        if replica.probation is None:
+            replica.probation = Probation(next_at=now + policy.period_sec)
+            return
+        host, port = replica.sock.getsockname()[:2]
+        missed = replica.probation.step(now, policy, host, port)
+        if missed is not None:
+            self._log(
+                replica, f"health check failed ({replica.probation.misses}/{policy.failures}): {missed}"
+            )
+            if replica.probation.misses >= policy.failures:
+                self._kill_unresponsive(replica, now, replica.probation)
+
+    def _kill_unresponsive(self, replica: _Replica, now: float, probation: Probation) -> None:
+        assert replica.process is not None and probation.first_miss_at is not None
+        silent = now - probation.first_miss_at + self.liveness.timeout_sec
+        replica.killed_because = f"not answering its health check for {silent:.0f}s ({probation.last_reason})"
+        self._log(replica, f"killing it: {replica.killed_because}")
+        # SIGKILL: a stopped (SIGSTOP) or blocked process cannot drain; the group takes its helpers.
+        kill_group(replica.process.pid)
+        with contextlib.suppress(ProcessLookupError):
+            replica.process.kill()
+
+    # -- while down --------------------------------------------------------------------------
+
+    async def _answer_while_down(self, replica: _Replica) -> None:
+        """Answer the calls that reach ``replica``'s port 503 at once until its next start."""
+        self._close_answer(replica)
+        name = replica.spec.name
+
+        def detail() -> str:
+            wait = max(0.0, (replica.restart_at or time.monotonic()) - time.monotonic())
+            return f"{name} is down ({replica.record.reason}); it is started again in {wait:.0f}s"
+
+        try:
+            replica.answer = await DownAnswer.open(replica.sock, detail)
+        except OSError as exc:
+            self._log(replica, f"calls wait in its port's backlog while it is down ({exc})")
+
+    def _close_answer(self, replica: _Replica) -> None:
+        if replica.answer is not None:
+            replica.answer.close()
+            replica.answer = None
 
     def _give_up(self, replica: _Replica, refused: bool, message: str) -> None:
         """Mark ``replica`` failed for good: ``chains restart`` is what starts it again.
@@ -338,13 +361,18 @@ class Supervisor:
         deadline = time.monotonic() + timeout
         for name in names:
             replicas = [r for r in self.replicas if r.spec.name == name]
-            down = [r for r in replicas if r.process is None]
+            # A crash-looping replica may be in one of its slow attempts: that one is ended first.
+            down = [r for r in replicas if r.process is None or r.record.state == "failed"]
             if not down:
                 first = replicas[0].record
                 await self.replace(name, first.directory, first.code_version, deadline - time.monotonic())
                 continue
             for replica in down:
-                replica.restart_times.clear()
+                if replica.process is not None:
+                    kill_group(replica.process.pid)
+                    replica.process.kill()
+                    replica.process.wait()
+                replica.crashes = 0
                 replica.restart_at = None
                 replica.ever_ready = False
                 replica.record.restarts += 1
@@ -395,11 +423,10 @@ class Supervisor:
 
     def _log(self, replica: _Replica, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        try:
-            with open(replica.log_path, "a", opener=owner_only) as log:
-                log.write(f"{stamp} SUPERVISOR {replica.spec.name}: {message}\n")
-        except OSError as exc:  # a full disk: say it where it may still get through
-            _say(f"{replica.spec.name}: {message} (not written to {replica.log_path}: {exc})")
+        lost = replica.log.lost_lines
+        replica.log.write(f"{stamp} SUPERVISOR {replica.spec.name}: {message}\n".encode())
+        if replica.log.lost_lines > lost:  # a full disk: say it where it may still get through
+            _say(f"{replica.spec.name}: {message} (not written to {replica.log_path})")
 
     async def replace(self, chainlet: str, directory: str, code_version: str, timeout: float) -> None:
         """Start new processes of ``chainlet`` from ``directory`` on the same sockets; once
@@ -428,6 +455,8 @@ class Supervisor:
             replica.record.directory = directory
             replica.record.code_version = code_version
             replica.ever_ready = True
+            replica.probation = None
+            replica.ready_since = time.monotonic()
             if old is not None and old.poll() is None:
                 old.send_signal(signal.SIGTERM)
                 replica.retiring.append(old)
@@ -440,6 +469,7 @@ class Supervisor:
         for replica in self.replicas:
             pid = replica.record.pid
             replica.record.identity = self._identities.get(pid) if pid else None
+            replica.record.log_lines_lost = replica.log.lost_lines
         return ChainState(
             chain=self.deployment.chain,
             deployment=self.deployment.id,
@@ -498,7 +528,8 @@ class Supervisor:
                 )
                 answer = {"ok": True, "restarted": restarted}
             elif command == ENTRY_SOCKET_COMMAND:
-                self._send_entry_socket(writer)
+                entry = next(r for r in self.replicas if r.spec.is_entrypoint and r.index == 0)
+                send_entry_socket(writer, entry.sock)
                 writer.close()
                 return
             elif command == "stop":
@@ -536,14 +567,23 @@ class Supervisor:
                 if p is not None
             ]
             await self._stop_processes(processes, max(deadline, time.monotonic() + 1.0))
+        # The last lines the chainlets wrote as they stopped (their drain) are still in the pipes.
+        ends = [asyncio.ensure_future(p.ended.wait()) for p in self._log_pipes if not p.ended.is_set()]
+        if ends:
+            _, pending = await asyncio.wait(ends, timeout=2.0)
+            for end in pending:
+                end.cancel()
         for replica in self.replicas:
+            self._close_answer(replica)
+            replica.log.close()
             replica.record.state = "stopped"
             replica.record.pid = None
             replica.sock.close()
         self.write_state()
 
     async def _stop_processes(self, processes: list[subprocess.Popen[bytes]], deadline: float) -> None:
-        """SIGTERM (a drain), then SIGKILL for what still runs at ``deadline``."""
+        """SIGTERM (a drain), then SIGKILL for what still runs at ``deadline``; then SIGKILL for
+        every process the chainlets started that is still there (their process groups)."""
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -553,6 +593,7 @@ class Supervisor:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+            kill_group(process.pid)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
