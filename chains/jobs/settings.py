@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chains.errors import ChainsUsageError
+from chains.environ import positive_number
 from chains.jobs.store import JobLimits, JobStore
 
 __all__ = ["JOBS_STORE_ENV", "WEBHOOK_SECRET_ENV", "JobSettings"]
@@ -39,30 +39,18 @@ class JobSettings:
         if where in ("", "off"):
             return None
 
-        def number(name: str, default: float) -> float:
-            raw = env.get(name, "")
-            if raw == "":
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                raise ChainsUsageError(f"{name}={raw!r} is not a number") from None
-            if value <= 0:
-                raise ChainsUsageError(f"{name} must be more than zero, got {raw!r}")
-            return value
-
         base = JobLimits()
         limits = JobLimits(
-            max_queued=int(number("CHAINS_JOBS_MAX_QUEUED", base.max_queued)),
-            max_input_bytes=int(number("CHAINS_JOBS_MAX_INPUT_BYTES", base.max_input_bytes)),
-            max_stored_bytes=int(number("CHAINS_JOBS_MAX_STORED_BYTES", base.max_stored_bytes)),
-            retention_sec=number("CHAINS_JOBS_RETENTION_SEC", base.retention_sec),
+            max_queued=int(positive_number(env, "CHAINS_JOBS_MAX_QUEUED", base.max_queued)),
+            max_input_bytes=int(positive_number(env, "CHAINS_JOBS_MAX_INPUT_BYTES", base.max_input_bytes)),
+            max_stored_bytes=int(positive_number(env, "CHAINS_JOBS_MAX_STORED_BYTES", base.max_stored_bytes)),
+            retention_sec=positive_number(env, "CHAINS_JOBS_RETENTION_SEC", base.retention_sec),
         )
         return cls(
             store=where,
             limits=limits,
-            workers=int(number("CHAINS_JOB_WORKERS", 2)),
-            run_timeout_sec=number("CHAINS_JOB_TIMEOUT_SEC", 3600.0),
+            workers=int(positive_number(env, "CHAINS_JOB_WORKERS", 2)),
+            run_timeout_sec=positive_number(env, "CHAINS_JOB_TIMEOUT_SEC", 3600.0),
             webhook_secret=env.get(WEBHOOK_SECRET_ENV) or None,
         )
 

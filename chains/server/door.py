@@ -37,7 +37,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chains.errors import ChainsUsageError
+from chains.environ import positive_number
 
 __all__ = ["DoorLimits", "guarded_http", "raise_open_file_limit"]
 
@@ -75,26 +75,14 @@ class DoorLimits:
     def from_env(cls, env: Mapping[str, str] | None = None) -> DoorLimits:
         env = os.environ if env is None else env
 
-        def number(name: str, default: float) -> float:
-            raw = env.get(name, "").strip()
-            if not raw:
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                raise ChainsUsageError(f"{name}={raw!r} is not a number") from None
-            if value <= 0:
-                raise ChainsUsageError(f"{name} must be more than zero, got {raw!r}")
-            return value
-
-        connections = number("CHAINS_MAX_CONNECTIONS", 0)
+        connections = positive_number(env, "CHAINS_MAX_CONNECTIONS", 0)
         return cls(
-            max_header_bytes=int(number("CHAINS_MAX_HEADER_BYTES", DEFAULT_MAX_HEADER_BYTES)),
-            max_headers=int(number("CHAINS_MAX_HEADERS", DEFAULT_MAX_HEADERS)),
+            max_header_bytes=int(positive_number(env, "CHAINS_MAX_HEADER_BYTES", DEFAULT_MAX_HEADER_BYTES)),
+            max_headers=int(positive_number(env, "CHAINS_MAX_HEADERS", DEFAULT_MAX_HEADERS)),
             max_connections=int(connections) or None,
-            header_timeout_sec=number("CHAINS_HEADER_TIMEOUT_SEC", 30.0),
-            keep_alive_sec=number("CHAINS_KEEP_ALIVE_SEC", DEFAULT_KEEP_ALIVE_SEC),
-            busy_timeout_sec=number("CHAINS_BUSY_TIMEOUT_SEC", DEFAULT_BUSY_TIMEOUT_SEC),
+            header_timeout_sec=positive_number(env, "CHAINS_HEADER_TIMEOUT_SEC", 30.0),
+            keep_alive_sec=positive_number(env, "CHAINS_KEEP_ALIVE_SEC", DEFAULT_KEEP_ALIVE_SEC),
+            busy_timeout_sec=positive_number(env, "CHAINS_BUSY_TIMEOUT_SEC", DEFAULT_BUSY_TIMEOUT_SEC),
         )
 
     def connection_cap(self) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chains.environ import positive_number
 from chains.errors import ChainsUsageError
 from chains.jobs.settings import JobSettings
 from chains.server.cors import CorsPolicy
@@ -186,18 +187,6 @@ class ServerSettings:
         """Settings from ``CHAINS_*`` variables; a malformed value names the variable."""
         env = os.environ if env is None else env
 
-        def number(name: str, default: float | None) -> float | None:
-            raw = env.get(name)
-            if raw is None or raw == "":
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                raise ChainsUsageError(f"{name}={raw!r} is not a number") from None
-            if value <= 0:
-                raise ChainsUsageError(f"{name} must be more than zero, got {raw!r}")
-            return value
-
         try:
             urls = json.loads(env.get("CHAINS_DEPENDENCY_URLS") or "{}")
         except ValueError:
@@ -206,8 +195,8 @@ class ServerSettings:
             raise ChainsUsageError(_URLS_FORMAT)
         dependencies = {str(k): DependencyAddress.parse(str(k), v) for k, v in urls.items()}
         secrets = {k[len(SECRET_PREFIX) :]: v for k, v in env.items() if k.startswith(SECRET_PREFIX)}
-        concurrency = number("CHAINS_CONCURRENCY", None)
-        max_queue = number("CHAINS_MAX_QUEUE", None)
+        concurrency = positive_number(env, "CHAINS_CONCURRENCY", None)
+        max_queue = positive_number(env, "CHAINS_MAX_QUEUE", None)
         docs = env.get("CHAINS_DOCS")
         api_key = env.get("CHAINS_API_KEY") or None
         if api_key is not None:
@@ -220,13 +209,13 @@ class ServerSettings:
             is_entrypoint=env.get("CHAINS_IS_ENTRYPOINT", "") in ("1", "true"),
             internal_token=env.get("CHAINS_INTERNAL_TOKEN") or None,
             api_key=api_key,
-            max_body_bytes=int(number("CHAINS_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES) or 0),
-            max_frame_bytes=int(number("CHAINS_MAX_FRAME_BYTES", DEFAULT_MAX_FRAME_BYTES) or 0),
+            max_body_bytes=int(positive_number(env, "CHAINS_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES) or 0),
+            max_frame_bytes=int(positive_number(env, "CHAINS_MAX_FRAME_BYTES", DEFAULT_MAX_FRAME_BYTES) or 0),
             concurrency=int(concurrency) if concurrency is not None else None,
             max_queue=int(max_queue) if max_queue is not None else None,
-            grace_sec=number("CHAINS_GRACE_SEC", 30.0) or 30.0,
+            grace_sec=positive_number(env, "CHAINS_GRACE_SEC", 30.0) or 30.0,
             door=DoorLimits.from_env(env),
-            body_timeout_sec=number("CHAINS_BODY_TIMEOUT_SEC", 60.0) or 60.0,
+            body_timeout_sec=positive_number(env, "CHAINS_BODY_TIMEOUT_SEC", 60.0) or 60.0,
             dependencies=dependencies,
             secrets=secrets,
             data_dir=Path(env["CHAINS_DATA_DIR"]) if env.get("CHAINS_DATA_DIR") else None,

@@ -76,6 +76,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(
         [
             "chains.errors",
+            "chains.environ",
             "chains.call_policy",
             "chains.wire",
             "chains.metrics",
