@@ -253,14 +253,14 @@ class JobRoutes:
     async def _status(self, job_id: str, send: Send) -> None:
         job = await asyncio.to_thread(self.store.get, job_id)
         if job is None:
-            await send_json(send, 404, {"detail": f"no async request {job_id!r} (or its retention ran out)"})
+            await _not_found(send, job_id)
             return
         await send_json(send, 200, job.status_json(self.chain))
 
     async def _output(self, job_id: str, send: Send) -> None:
         job = await asyncio.to_thread(self.store.get, job_id)
         if job is None:
-            await send_json(send, 404, {"detail": f"no async request {job_id!r} (or its retention ran out)"})
+            await _not_found(send, job_id)
         elif job.streams:
             detail = f"async request {job_id} streams: read GET /async_request/{job_id}/events"
             await send_json(send, 409, {"detail": detail, **job.status_json(self.chain)})
@@ -281,7 +281,7 @@ class JobRoutes:
     ) -> None:
         job = await asyncio.to_thread(self.store.get, job_id)
         if job is None:
-            await send_json(send, 404, {"detail": f"no async request {job_id!r} (or its retention ran out)"})
+            await _not_found(send, job_id)
             return
         if not job.streams:
             await send_json(send, 409, {"detail": f"async request {job_id} does not stream: GET its /output"})
@@ -341,7 +341,7 @@ class JobRoutes:
     async def _cancel(self, job_id: str, send: Send) -> None:
         job = await asyncio.to_thread(self.store.cancel, job_id, now=time.time())
         if job is None:
-            await send_json(send, 404, {"detail": f"no async request {job_id!r} (or its retention ran out)"})
+            await _not_found(send, job_id)
             return
         self.runner.cancel_now(job_id)
         if job.status is JobStatus.CANCELED or job.cancel_requested:
@@ -380,6 +380,10 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
     gone.set()
+
+
+async def _not_found(send: Send, job_id: str) -> None:
+    await send_json(send, 404, {"detail": f"no async request {job_id!r} (or its retention ran out)"})
 
 
 async def _not_allowed(send: Send, method: str, path: str) -> None:
