@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import math
-import os
+import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -71,7 +71,10 @@ def new_request_id() -> str:
     OpenTelemetry's ratio samplers compare with the ratio, so ``traceidratio`` at 0.5 or less
     would have kept no trace at all.
     """
-    return os.urandom(16).hex()
+    # From the random module's generator (reseeded in a forked child), as OpenTelemetry's
+    # SDK makes its ids: os.urandom is a system call per id, which releases the GIL to any
+    # thread waiting for it (the span writer), on every call a server serves.
+    return f"{random.getrandbits(128) or 1:032x}"
 
 
 _current: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar("chains_call", default=None)

@@ -52,7 +52,7 @@ from chains.server.asgi import (
 from chains.server.browser import BrowserRoutes
 from chains.server.capacity import Capacity
 from chains.server.credentials import Credentials
-from chains.server.deadline import END, loop_time, passed, until_deadline
+from chains.server.deadline import END, BodyReads, loop_time, passed, until_deadline
 from chains.server.disconnect import DisconnectWatch
 from chains.server.error_response import send_error
 from chains.server.negotiation import negotiate
@@ -104,6 +104,7 @@ class ChainletApp:
         self.draining = False
         concurrency = settings.concurrency or spec.remote_config.compute.concurrency
         self._capacity = Capacity(concurrency, settings.max_queue)
+        self._body_reads = BodyReads(settings.body_timeout_sec)
         self._executor: ThreadPoolExecutor | None = None
         self._docs = settings.docs if settings.docs is not None else settings.is_entrypoint
         self._openapi = json.dumps(openapi.document(spec, entrypoint=settings.is_entrypoint)).encode()
@@ -381,15 +382,19 @@ class ChainletApp:
                 f"(or as {codec.BINARY_MEDIA_TYPE}), not {content_type!r}",
             )
         settings = self.settings
+        reads = self._body_reads
+        task = reads.start()
         try:
-            async with asyncio.timeout(settings.body_timeout_sec):
-                length = headers.get("content-length")
-                body = await read_body(request.receive, settings.max_body_bytes, length)
-        except TimeoutError:
+            body = await read_body(request.receive, settings.max_body_bytes, headers.get("content-length"))
+        except asyncio.CancelledError:
+            if not reads.cut(task):
+                raise
             detail = f"the request body did not arrive within {settings.body_timeout_sec:g}s"
             raise Refusal(408, detail, [(b"connection", b"close")]) from None
         except BodyTooLarge:
             raise Refusal(413, f"request body over the limit of {settings.max_body_bytes} bytes") from None
+        finally:
+            reads.stop(task)
         try:
             return codec.decode_args(self.spec.endpoint, body, binary=binary)
         except pydantic.ValidationError as exc:

@@ -33,14 +33,18 @@ class DisconnectWatch:
         self.status = 499
 
     def __enter__(self) -> DisconnectWatch:
-        task = asyncio.current_task()
+        # The loop is asked for once: each asyncio.get_running_loop() is a getpid() system
+        # call (CPython checks the loop belongs to this process), and current_task() makes one
+        # too unless it is given the loop.
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         assert task is not None
         self._task = task
-        self._starting = asyncio.get_running_loop().call_soon(self._start)
+        self._starting = loop.call_soon(self._start, loop)
         return self
 
-    def _start(self) -> None:
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._watcher = loop.create_task(self._watch())
 
     async def _watch(self) -> None:
         receive = self._request.receive
