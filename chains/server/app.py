@@ -315,6 +315,11 @@ class ChainletApp:
     def capacity(self) -> Capacity:
         return self._capacity
 
+    @property
+    def tracing(self) -> Tracing | None:
+        """The process's tracing once the server started (None: calls make no spans)."""
+        return self._tracing
+
     async def _run_remote(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         headers = header_map(scope)

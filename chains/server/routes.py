@@ -17,9 +17,9 @@ import contextvars
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import aclosing
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl
 
 import pydantic
@@ -57,6 +57,9 @@ from chains.streaming.forms import encode_raw
 from chains.streaming.kinds import SSE_EVENTS
 from chains.wire import FRAMED_MEDIA_TYPE, SSE_MEDIA_TYPE
 
+if TYPE_CHECKING:
+    from chains.tracing.spans import Tracing
+
 __all__ = ["RouteHost", "RouteServer"]
 
 logger = logging.getLogger("chains.server")
@@ -77,6 +80,9 @@ class RouteHost(Protocol):
 
     @property
     def capacity(self) -> Capacity: ...
+
+    @property
+    def tracing(self) -> Tracing | None: ...
 
     def log_request(self, request: Request, status: int) -> None: ...
 
@@ -149,8 +155,20 @@ class RouteServer:
         streams = route.endpoint.is_stream or route.either
         request = Request(started, headers, call, receive, send, StreamCount() if streams else None)
         status = 500
+        tracing = host.tracing
         try:
-            status = await self._serve(route, request, scope, path_params, by_name=by_name)
+            if tracing is None:
+                status = await self._serve(route, request, scope, path_params, by_name=by_name)
+            else:
+
+                def traced(receive: Receive, send: Send) -> Awaitable[int]:
+                    # The span's counting receive and send take the place of the server's.
+                    request.receive, request.send = receive, send
+                    return self._serve(route, request, scope, path_params, by_name=by_name)
+
+                status = await tracing.serve(
+                    host.spec.name, call, headers, receive, send, traced, method=route.name
+                )
         except StreamAborted:
             status = 200
             raise
@@ -302,7 +320,7 @@ class RouteServer:
                 until_deadline(first, generator, call.deadline, self._deadline_error(route)),
                 chainlet=host.spec.name,
                 public_errors=host.public_errors,
-                tracing=None,
+                tracing=host.tracing,
                 metrics=host.metrics,
             )
         return 200
@@ -324,7 +342,7 @@ class RouteServer:
                 chainlet=host.spec.name,
                 entrypoint=host.settings.is_entrypoint,
                 public=host.public_errors,
-                tracing=None,
+                tracing=host.tracing,
             )
         detail = ErrorDetail.from_exception(exc, host.spec.name)
         if host.public_errors:

@@ -159,15 +159,17 @@ class Tracing:
         receive: Receive,
         send: Send,
         handler: Callable[[Receive, Send], Awaitable[int]],
+        method: str = "run_remote",
     ) -> int:
-        """Run ``handler`` (which answers one call and returns its status) inside its server span.
+        """Run ``handler`` (which answers one call and returns its status) inside its server span,
+        named ``<chainlet>.<method>`` (``method``: ``run_remote``, or a ``@chains.route``'s name).
 
         The span is a plain record (:class:`~chains.tracing.records.ServerSpan`), made here
         instead of by the SDK: what it costs per call is in ``benchmarks/defaults.py``.
         """
         # Extracting costs a few microseconds: skipped when there is nothing to extract.
         parent = propagate.extract(headers) if "traceparent" in headers or "baggage" in headers else _EMPTY
-        span = self._server_span(f"{chainlet}.run_remote", call, parent)
+        span = self._server_span(f"{chainlet}.{method}", call, parent)
         received = 0
         sent = 0
         status = 0

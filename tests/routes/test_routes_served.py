@@ -12,7 +12,8 @@ import pytest
 
 import chains
 from chains.loader import import_chain_file
-from tests.helpers import Cli, unique_port
+from chains.tracing.store import SpanRecord, store_path, trace_spans
+from tests.helpers import Cli, unique_port, wait_until
 
 CHAIN = Path(__file__).with_name("routed_chain.py")
 KEY = "routes-key"
@@ -159,3 +160,60 @@ def test_chains_call_route(front: chains.deploy.ChainHandle, shop: str, home: Pa
     assert failed.returncode != 0 and "HTTP 409" in failed.stderr
     typo = cli.run("call", "routed-shop", "--route", "FETCH /x", check=False)
     assert typo.returncode != 0 and "--route takes 'METHOD /PATH'" in typo.stderr
+
+
+def _stored(home: Path, chain: str, request_id: str, names: set[str]) -> list[SpanRecord]:
+    """The spans of ``request_id``'s trace in ``chain``'s store, once every one of ``names`` is there."""
+    path = store_path(home / chain)
+    found: list[SpanRecord] = []
+
+    def complete() -> bool:
+        found[:] = trace_spans(path, request_id)
+        return names <= {span.name for span in found}
+
+    wait_until(complete, 20, f"spans {sorted(names)} of request {request_id} in the store")
+    return found
+
+
+def test_route_calls_make_server_spans_children_of_the_stubs_attempts(
+    front: chains.deploy.ChainHandle, home: Path
+) -> None:
+    request_id = "ab" * 16  # 32 hex digits: the trace id of a call that comes without one
+    answer = httpx.post(
+        front.entrypoint_url + "/run_remote",
+        json={"item": "tea", "quantity": 3},
+        headers={**_auth(), "x-chains-request-id": request_id},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    routes = {"Shop.place", "Shop.count", "Shop.either"}
+    spans = _stored(home, "routed", request_id, routes | {"Front.run_remote"})
+    by_id = {span.span_id: span for span in spans}
+    assert {span.trace_id for span in spans} == {request_id}
+    served_by_route = [span for span in spans if span.name in routes]
+    # place and count once each; either twice (a value, then a stream)
+    assert sorted(span.name for span in served_by_route) == [
+        "Shop.count",
+        "Shop.either",
+        "Shop.either",
+        "Shop.place",
+    ]
+    for served in served_by_route:
+        assert (served.kind, served.service, served.status) == ("server", "Shop", "unset")
+        assert served.request_id == request_id
+        assert served.attributes["http.response.status_code"] == 200
+        attempt = by_id[served.parent_id]  # the stub's attempt, in the entrypoint
+        assert (attempt.kind, attempt.name, attempt.service) == ("client", "call Shop", "Front")
+    (count,) = [span for span in spans if span.name == "Shop.count"]
+    assert count.attributes["chains.stream.items"] == 2
+
+
+def test_a_route_call_from_outside_is_a_trace_and_its_failure_is_recorded(shop: str, home: Path) -> None:
+    request_id = "cd" * 16
+    broke = httpx.post(shop + "/orders/1", json={"item": "boom"}, headers={"x-chains-request-id": request_id})
+    assert broke.status_code == 500
+    (span,) = _stored(home, "routed-shop", request_id, {"Shop.place"})
+    assert (span.trace_id, span.parent_id, span.status) == (request_id, "", "error")
+    assert span.attributes["http.response.status_code"] == 500
+    assert [event["name"] for event in span.events] == ["exception"]
+    assert "the shop broke" in span.events[0]["attributes"]["exception.message"]
