@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
-from chains.tracing.store import SpanRecord, SpanWriter
+from chains.tracing.store import Row, SpanRecord, SpanWriter, row_of
 
 __all__ = ["StoreExporter", "to_record"]
 
@@ -34,10 +34,14 @@ class StoreExporter(SpanExporter):
         return SpanExportResult.SUCCESS if written else SpanExportResult.FAILURE
 
     def write_records(self, records: list[SpanRecord]) -> bool:
-        """Write spans already in the store's form (the server spans of
-        :mod:`chains.tracing.records`); False when they could not be written."""
+        """Write spans already in the store's form; False when they could not be written."""
+        return self.write_rows([row_of(record) for record in records], [r.request_id for r in records])
+
+    def write_rows(self, rows: list[Row], request_ids: list[str]) -> bool:
+        """Write spans already as the store's rows, with each one's request id (the server
+        spans of :mod:`chains.tracing.records`); False when they could not be written."""
         try:
-            self._writer.write(records)
+            self._writer.write_rows(rows, request_ids)
         except Exception as exc:
             self._writer.close()  # a fresh connection next time, in case this one is broken
             # Tracing must never break serving: say so once, then keep serving.

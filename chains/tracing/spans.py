@@ -106,7 +106,7 @@ class Tracing:
             resource = Resource.create({"service.namespace": chain})  # the variable names the service
         provider = TracerProvider(resource=resource, id_generator=_RequestIdTraceIds())
         processors: list[SpanProcessor] = []
-        write_records = None
+        write_rows = None
         if settings.store is not None:
             from chains.tracing.export import StoreExporter
 
@@ -115,13 +115,13 @@ class Tracing:
                 BatchSpanProcessor(store_exporter, schedule_delay_millis=_STORE_DELAY_MS)
             )
             # The server spans' own writer: a connection of its own, for a thread of its own.
-            write_records = StoreExporter(settings.store, keep=settings.keep).write_records
+            write_rows = StoreExporter(settings.store, keep=settings.keep).write_rows
         if settings.otlp:
             otlp = BatchSpanProcessor(_otlp_exporter())
             provider.add_span_processor(otlp)
             processors.append(otlp)
         sink = SpanSink(
-            provider.resource, processors, write_records, delay_s=_STORE_DELAY_MS / 1e3, keep=settings.keep
+            provider.resource, processors, write_rows, delay_s=_STORE_DELAY_MS / 1e3, keep=settings.keep
         )
         return cls(provider, chain, sink)
 
