@@ -63,7 +63,11 @@ class Capacity:
             if batcher.full:
                 raise Refusal(503, f"over capacity: {batcher.queued} calls waiting for a batch", RETRY_SOON)
             return
-        if self._slots.locked() and self._waiting >= self._max_queue:
+        slots = self._slots
+        if not slots.locked():
+            await slots.acquire()  # free, so this does not wait
+            return
+        if self._waiting >= self._max_queue:
             busy = f"{self.concurrency} calls running, {self._waiting} waiting"
             raise Refusal(503, f"over capacity: {busy}", RETRY_SOON)
         self._waiting += 1

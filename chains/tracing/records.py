@@ -36,6 +36,7 @@ from chains.tracing.store import NO_EVENTS, Row, encode_json
 __all__ = ["ServerSpan", "SpanSink"]
 
 _SCOPE = InstrumentationScope("chains")
+_UNSET = Status(StatusCode.UNSET)
 _KIND_NAMES = {kind: kind.name.lower() for kind in SpanKind}
 _REQUEST_ID = "chains.request_id"  # spans.REQUEST_ID; spans imports this module
 _STATUS_NAMES = {StatusCode.ERROR: "error", StatusCode.OK: "ok", StatusCode.UNSET: "unset"}
@@ -77,7 +78,7 @@ class ServerSpan(trace.Span):
         self.kind = kind
         self.events: list[tuple[str, dict[str, Any], int]] = []
         self.links: list[SpanContext] = []
-        self.status = Status(StatusCode.UNSET)
+        self.status = _UNSET  # set_status replaces it, never changes it
         self.start_ns = time.time_ns()
         self.end_ns = 0
         self._ended = False

@@ -65,6 +65,8 @@ BATCH_SIZE = "chains.batch.size"
 BATCH_WAIT_MS = "chains.batch.wait_ms"
 
 _EMPTY = otel_context.Context()
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _random = random.Random()
 
 _trace_id_wanted: contextvars.ContextVar[int] = contextvars.ContextVar("chains_trace_id", default=0)
@@ -233,7 +235,7 @@ class Tracing:
         if self._sampler is not None:
             decision = self._sampler.should_sample(parent, trace_id, name, kind, attributes)
             sampled = decision.decision is Decision.RECORD_AND_SAMPLE
-        flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+        flags = _SAMPLED if sampled else _NOT_SAMPLED
         context = SpanContext(trace_id, span_id, False, flags, state)
         if not sampled or self._sink is None:
             return NonRecordingSpan(context)
