@@ -93,13 +93,18 @@ class EndpointSpec:
 
     def call(self, method: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
         """``method(**arguments)``, passing positional-only parameters by position."""
-        if not any(p.positional_only for p in self.params):
+        if not self.has_positional_only:
             return method(**arguments)
         positional = [arguments[p.name] for p in self.params if p.positional_only and p.name in arguments]
         named = {
             p.name: arguments[p.name] for p in self.params if not p.positional_only and p.name in arguments
         }
         return method(*positional, **named)
+
+    @cached_property
+    def has_positional_only(self) -> bool:
+        """Whether a parameter is positional-only (looked at once, not on every call)."""
+        return any(p.positional_only for p in self.params)
 
     @cached_property
     def input_model(self) -> type[pydantic.BaseModel]:
