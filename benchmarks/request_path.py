@@ -9,7 +9,10 @@ process, and the figure per run is the fastest of its repeats (CPU time, ``time.
     .venv/bin/python -m benchmarks.request_path --tree OLD --tree .
 
 Kinds: ``unary`` (``run_remote`` returns at once), ``waits`` (it awaits once, so the disconnect
-watcher starts), ``stream`` (ten items).
+watcher starts), ``stream`` (ten items), ``echo`` (``benchmarks/chains/unary.py``'s ``Echo``, the
+work of the HTTP benchmarks' floor) and ``floor`` (that floor, ``benchmarks/apps/bare_starlette.py``,
+driven the same way: the same body, the same headers). ``echo`` over ``floor`` is what the
+chainlet app costs against a bare Starlette app, without uvicorn and the socket.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-KINDS = ("unary", "waits", "stream")
+from benchmarks.asgi_frameworks import BODY
+
+KINDS = ("unary", "waits", "stream", "echo", "floor")
 
 
 async def _measure(kind: str, calls: int, repeats: int) -> list[float]:
@@ -33,12 +38,41 @@ async def _measure(kind: str, calls: int, repeats: int) -> list[float]:
     from chains.server.serve import create_app
     from chains.server.settings import ServerSettings
 
-    chainlet: Any = {"unary": Echo, "waits": Waits, "stream": Tokens}[kind]
-    body = b'{"n": 10}' if kind == "stream" else b'{"text": "hi"}'
-    app = create_app(chainlet, settings=ServerSettings(is_entrypoint=True))
-    await app.startup()
-    await app.started.wait()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    path = "/run_remote"
+    app: Any
+    if kind == "floor":
+        from benchmarks.apps.bare_starlette import app
+
+        path, body = "/generate", BODY
+    else:
+        if kind == "echo":
+            chainlet: Any = _unary_echo()
+            body = BODY
+        else:
+            chainlet = {"unary": Echo, "waits": Waits, "stream": Tokens}[kind]
+            body = b'{"n": 10}' if kind == "stream" else b'{"text": "hi"}'
+        app = create_app(chainlet, settings=ServerSettings(is_entrypoint=True))
+        await app.startup()
+        await app.started.wait()
+    headers = [
+        (b"host", b"127.0.0.1:8000"),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 50000),
+        "root_path": "",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "method": "POST",
+        "headers": headers,
+    }
     never: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
     async def call() -> None:
@@ -51,9 +85,7 @@ async def _measure(kind: str, calls: int, repeats: int) -> list[float]:
         async def send(message: Any) -> None:
             sent.append(message)
 
-        await app(
-            {"type": "http", "path": "/run_remote", "method": "POST", "headers": headers}, receive, send
-        )
+        await app(dict(scope), receive, send)
         assert sent[0]["status"] == 200, sent
 
     for _ in range(100):
@@ -65,6 +97,14 @@ async def _measure(kind: str, calls: int, repeats: int) -> list[float]:
             await call()
         per_call.append((time.process_time() - started) / calls * 1e6)
     return per_call
+
+
+def _unary_echo() -> Any:
+    """``benchmarks/chains/unary.py``'s ``Echo``, loaded as the generated server loads it."""
+    from chains.loader import import_chain_file
+
+    module, _ = import_chain_file(Path(__file__).resolve().parent / "chains" / "unary.py")
+    return module.Echo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -104,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"{kind:8} {str(tree)[-40:]:40} {statistics.median(runs):9.1f} {ratio:7.3f} {pairwise:9.3f}"
             )
+    for tree in trees:
+        pairs = zip(best[("echo", tree)], best[("floor", tree)], strict=True)
+        floor_ratio = statistics.median(floor / echo for echo, floor in pairs)
+        print(f"echo against the bare Starlette floor, {str(tree)[-40:]}: {floor_ratio:.3f}x (floor / echo CPU)")
     return 0
 
 
