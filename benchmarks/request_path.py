@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for tree in trees:
         pairs = zip(best[("echo", tree)], best[("floor", tree)], strict=True)
         floor_ratio = statistics.median(floor / echo for echo, floor in pairs)
-        print(f"echo against the bare Starlette floor, {str(tree)[-40:]}: {floor_ratio:.3f}x (floor / echo CPU)")
+        print(f"echo against the bare Starlette floor, {str(tree)[-40:]}: {floor_ratio:.3f}x (floor / echo)")
     return 0
 
 
