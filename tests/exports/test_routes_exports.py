@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
 from chains.errors import ChainsUsageError
