@@ -10,26 +10,32 @@ collected into a list is taken as awaited later, so correct code is never report
 
 What the check cannot see (a call through an alias, a helper of another module) still gets
 a clear message at run time: :class:`PendingCall` is what ``run_local``'s stubs return, and
-every misuse of it, and its end unawaited, says ``did you forget `await ...`?``.
+:class:`StubCall` what a deployed chainlet's generated stubs return (:func:`awaited`); every
+misuse of either, and its end unawaited, says ``did you forget `await ...`?``.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import inspect
+import linecache
 import sys
 import textwrap
+import types
 import warnings
 from collections.abc import Callable, Coroutine, Generator, Iterable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from chains.errors import Violation
 from chains.model import ChainletSpec
+from chains.source_map import in_user_files
 
-__all__ = ["PendingCall", "unawaited_calls"]
+__all__ = ["PendingCall", "StubCall", "awaited", "unawaited_calls"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 # Builtins take a coroutine as a value (``len``, ``list``, ``print``): never a way to await it.
 _BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
@@ -174,60 +180,36 @@ def _is_builtin(call: ast.Call) -> bool:
     return isinstance(call.func, ast.Name) and call.func.id in _BUILTINS
 
 
-class PendingCall(Coroutine[Any, Any, T]):
-    """The coroutine of a dependency's call, which says ``did you forget `await ...`?`` when it
-    is used as if it were the result, or dropped without being awaited.
+class _Unawaited(Coroutine[Any, Any, T]):
+    """A call's coroutine, made only when awaited, that names the fix when it is used as if
+    it were the result or dropped without being awaited.
 
     It is a coroutine to asyncio (``await``, ``asyncio.gather``, ``create_task`` take it), so
-    correct code does not notice it.
-
-    >>> async def run(text: str) -> str:
-    ...     return text
-    >>> pending = PendingCall(lambda: run("hi"), "Chunker", "self._chunker")
-    >>> len(pending)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    TypeError: Chunker.run_remote(...) ...; did you forget `await self._chunker.run_remote(...)`?
-    >>> pending.close()
+    correct code does not notice it. The coroutine itself is made when first awaited: one made
+    and dropped would warn in Python's words, naming the stub's internals.
     """
 
-    __slots__ = ("_chainlet", "_closed", "_coroutine", "_expression", "_start")
+    __slots__ = ("_closed", "_coroutine")
 
-    def __init__(
-        self, start: Callable[[], Coroutine[Any, Any, T]], chainlet: str, expression: str | None = None
-    ) -> None:
-        # The coroutine is made when first awaited: one made and dropped would warn in
-        # Python's words, naming the stub's internals.
-        self._start = start
-        self._coroutine: Coroutine[Any, Any, T] | None = None
-        self._closed = False
-        self._chainlet = chainlet
-        self._expression = expression or "stub"
+    _coroutine: Coroutine[Any, Any, T] | None
+    _closed: bool
 
-    @classmethod
-    def of_caller(
-        cls, start: Callable[[], Coroutine[Any, Any, T]], chainlet: str, stub: object
-    ) -> PendingCall[T]:
-        """Wrap the call ``start`` makes of ``stub``, named as the calling method spells it
-        (``self._chunker``) when the stub is an attribute of the caller's ``self``."""
-        frame = sys._getframe(2)  # the caller of the stub's run_remote
-        owner = frame.f_locals.get("self")
-        attribute = next((k for k, v in getattr(owner, "__dict__", {}).items() if v is stub), None)
-        return cls(start, chainlet, f"self.{attribute}" if attribute is not None else None)
+    def _make(self) -> Coroutine[Any, Any, T]:
+        raise NotImplementedError
 
     @property
     def hint(self) -> str:
         """What went wrong and the line that fixes it."""
-        return (
-            f"{self._chainlet}.run_remote(...) was called without `await`, so this is a coroutine, "
-            f"not its result; did you forget `await {self._expression}.run_remote(...)`?"
-        )
+        raise NotImplementedError
+
+    def _report_dropped(self) -> None:
+        warnings.warn(f"{self.hint} (the call never ran)", RuntimeWarning, stacklevel=3)
 
     # -- a coroutine to asyncio ------------------------------------------------------------
 
     def _started(self) -> Coroutine[Any, Any, T]:
         if self._coroutine is None:
-            self._coroutine = self._start()
+            self._coroutine = self._make()
         return self._coroutine
 
     def send(self, value: Any) -> Any:
@@ -246,7 +228,7 @@ class PendingCall(Coroutine[Any, Any, T]):
 
     def __del__(self) -> None:
         if getattr(self, "_coroutine", True) is None and not self._closed:
-            warnings.warn(f"{self.hint} (the call never ran)", RuntimeWarning, stacklevel=2)
+            self._report_dropped()
 
     # -- used as if it were the result -----------------------------------------------------
 
@@ -274,5 +256,175 @@ class PendingCall(Coroutine[Any, Any, T]):
     def __bool__(self) -> NoReturn:
         self._misused()
 
+
+class PendingCall(_Unawaited[T]):
+    """The coroutine of a ``run_local`` dependency's call, which says ``did you forget
+    `await ...`?`` when it is used as if it were the result, or dropped without being awaited.
+
+    >>> async def run(text: str) -> str:
+    ...     return text
+    >>> pending = PendingCall(lambda: run("hi"), "Chunker", "self._chunker")
+    >>> len(pending)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: Chunker.run_remote(...) ...; did you forget `await self._chunker.run_remote(...)`?
+    >>> pending.close()
+    """
+
+    __slots__ = ("_chainlet", "_expression", "_start")
+
+    def __init__(
+        self, start: Callable[[], Coroutine[Any, Any, T]], chainlet: str, expression: str | None = None
+    ) -> None:
+        self._start = start
+        self._coroutine = None
+        self._closed = False
+        self._chainlet = chainlet
+        self._expression = expression or "stub"
+
+    @classmethod
+    def of_caller(
+        cls, start: Callable[[], Coroutine[Any, Any, T]], chainlet: str, stub: object
+    ) -> PendingCall[T]:
+        """Wrap the call ``start`` makes of ``stub``, named as the calling method spells it
+        (``self._chunker``) when the stub is an attribute of the caller's ``self``."""
+        frame = sys._getframe(2)  # the caller of the stub's run_remote
+        owner = frame.f_locals.get("self")
+        attribute = next((k for k, v in getattr(owner, "__dict__", {}).items() if v is stub), None)
+        return cls(start, chainlet, f"self.{attribute}" if attribute is not None else None)
+
+    def _make(self) -> Coroutine[Any, Any, T]:
+        return self._start()
+
+    @property
+    def hint(self) -> str:
+        """What went wrong and the line that fixes it."""
+        return (
+            f"{self._chainlet}.run_remote(...) was called without `await`, so this is a coroutine, "
+            f"not its result; did you forget `await {self._expression}.run_remote(...)`?"
+        )
+
     def __repr__(self) -> str:
         return f"<pending call of {self._chainlet}.run_remote(...): not awaited yet>"
+
+
+# Python's "default" action for the dropped calls' warnings: once per calling line.
+_REPORTED: dict[Any, Any] = {}
+
+
+class StubCall(_Unawaited[T]):
+    """The call of a generated stub's async method (see :func:`awaited`), which names the
+    method, the caller's line and the fix when it is never awaited or used as its result.
+
+    Only the caller's code object and instruction are kept per call: the line, the file (the
+    user's, not a deployed copy's) and the call's text are read when something is reported.
+    """
+
+    __slots__ = ("_args", "_code", "_func", "_instruction", "_kwargs")
+
+    def __init__(
+        self,
+        func: Callable[..., Coroutine[Any, Any, T]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        code: types.CodeType,
+        instruction: int,
+    ) -> None:
+        self._func = func
+        self._args = args
+        self._kwargs = kwargs
+        self._code = code
+        self._instruction = instruction
+        self._coroutine = None
+        self._closed = False
+
+    def _make(self) -> Coroutine[Any, Any, T]:
+        return self._func(*self._args, **self._kwargs)
+
+    # The two paths of every call, written out: each Python call saved is a part of the cost.
+    def __await__(self) -> Generator[Any, None, T]:
+        coroutine = self._coroutine
+        if coroutine is None:
+            coroutine = self._coroutine = self._func(*self._args, **self._kwargs)
+        return coroutine.__await__()
+
+    def __del__(self) -> None:
+        if self._coroutine is None and not self._closed:
+            self._report_dropped()
+
+    @property
+    def _method(self) -> str:
+        stub = self._args[0] if self._args else None
+        owner = getattr(stub, "name", None) or type(stub).__name__
+        return f"{owner}.{self._func.__name__}"
+
+    def _site(self) -> tuple[str, int, str | None]:
+        """The caller's file (as the user knows it), line, and the call as written there."""
+        positions = list(self._code.co_positions())
+        index = self._instruction // 2  # f_lasti counts bytes, two per code unit
+        line, end_line, column, end_column = positions[index] if index < len(positions) else (None,) * 4
+        filename = self._code.co_filename
+        line = line or self._code.co_firstlineno
+        call = None
+        if end_line is not None and column is not None and end_column is not None:
+            # Columns count UTF-8 bytes, from the first line's start to the last line's.
+            lines = [linecache.getline(filename, n).encode() for n in range(line, end_line + 1)]
+            lines[-1] = lines[-1][:end_column]
+            lines[0] = lines[0][column:]
+            call = _call_text(b"".join(lines).decode(errors="replace"))
+        return _user_file(filename), line, call
+
+    @property
+    def hint(self) -> str:
+        filename, line, call = self._site()
+        fix = f"`await {call}`" if call else f"`await` on line {line}"
+        return (
+            f"{self._method}(...) was called without `await` at {filename}:{line}, so this is a "
+            f"coroutine, not its result; did you forget {fix}?"
+        )
+
+    def _report_dropped(self) -> None:
+        filename, line, _ = self._site()
+        warnings.warn_explicit(
+            f"{self.hint} (the call never ran)", RuntimeWarning, filename, line, registry=_REPORTED
+        )
+
+    def __repr__(self) -> str:
+        return f"<pending call of {self._method}(...): not awaited yet>"
+
+
+def _call_text(text: str) -> str | None:
+    """``chunker.run_remote(...)`` for the source text ``chunker.run_remote(text, n=2)``."""
+    try:
+        node = ast.parse(f"({text.strip()})", mode="eval").body
+    except SyntaxError:
+        return None
+    return f"{ast.unparse(node.func)}(...)" if isinstance(node, ast.Call) else None
+
+
+def _user_file(filename: str) -> str:
+    # A deployed chainlet runs a byte-for-byte copy of the chain's folder: name the user's file.
+    mapped = in_user_files(f'File "{filename}"')
+    return mapped[len('File "') : -1]
+
+
+def awaited(func: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Make a stub's ``async def`` method say ``did you forget `await ...`?`` with the caller's
+    file and line when a call of it is never awaited, instead of Python's warning about a
+    coroutine of the stub's internals. The signature stays the same to callers and to mypy.
+
+    The generated stubs use it on every async method that returns a value::
+
+        class ChunkerStub(StubBase):
+            @awaited
+            async def run_remote(self, text: str) -> list[str]:
+                result: list[str] = await self.call_remote(text=text)
+                return result
+    """
+
+    @functools.wraps(func)
+    def call(*args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
+        caller = sys._getframe(1)
+        return StubCall(func, args, kwargs, caller.f_code, caller.f_lasti)
+
+    return call

@@ -3,7 +3,8 @@
 How the body delegates depends on the endpoint:
 
 * unary ``async def`` -> ``result: T = await self.call_remote(...)`` (a typed name, not a
-  bare ``return``, so ``mypy --strict`` does not see ``Any`` returned);
+  bare ``return``, so ``mypy --strict`` does not see ``Any`` returned), decorated with
+  ``chains.await_check.awaited`` so that a call never awaited names the caller's line;
 * unary ``def`` -> ``self.call_remote_sync(...)``;
 * a stream annotated ``AsyncIterator[T]`` (or ``Annotated[AsyncIterator[bytes], TYPES]``) ->
   a plain ``def`` returning ``self.stream_remote(...)``, so closing the caller's iterator
@@ -88,7 +89,7 @@ def render_stub(
         dependency.name,
         import_name,
         imports,
-        reserved=frozenset({"StubBase", class_name}),
+        reserved=frozenset({"StubBase", "awaited", class_name}),
         batched=wire_types,
     )
     returns_generator = _returns_async_generator(func)
@@ -118,6 +119,9 @@ def render_stub(
         body.append("")
         body.extend(_route_method(route.name, dependency, import_name, imports, class_name, route.endpoint))
     target_module = import_name(dependency.cls.__module__)
+    def_lines = signature.def_lines(is_async=is_async, indent="    ")
+    if is_async and not endpoint.is_stream:
+        def_lines = _awaited(imports, def_lines)
     text = env.get_template("stub.py.jinja").render(
         header=header,
         dependency=dependency.name,
@@ -125,7 +129,7 @@ def render_stub(
         target_class=dependency.cls.__name__,
         class_name=class_name,
         imports=imports.lines(),
-        def_lines=signature.def_lines(is_async=is_async, indent="    "),
+        def_lines=def_lines,
         body_lines=body,
     )
     return StubModule(module, dependency.name, class_name, text, frozenset(imports.top_modules()))
@@ -142,7 +146,7 @@ def _route_method(
     """A route's method in the stub: the route's signature, called by name (always awaited)."""
     func = getattr(dependency.cls, name)
     signature = signature_source(
-        func, dependency.name, import_name, imports, reserved=frozenset({"StubBase", class_name})
+        func, dependency.name, import_name, imports, reserved=frozenset({"StubBase", "awaited", class_name})
     )
     keywords = [json.dumps(name), *(f"{p.name}={p.name}" for p in signature.params)]
     lines = signature.def_lines(is_async=True, indent="    ", name=name)
@@ -158,6 +162,7 @@ def _route_method(
         lines.append(f"{_BODY_INDENT}    yield {item}")
         return lines
     imports.add_from("chains.stubs.methods", "call_method")
+    lines = _awaited(imports, lines)
     result = _free_name("result", {p.name for p in signature.params})
     lines += bracketed(
         f"{_BODY_INDENT}{result}: {signature.returns} = await call_method(",
@@ -192,6 +197,13 @@ def _render_socket_stub(
         body_lines=[f"{_BODY_INDENT}return self.connect_remote()"],
     )
     return StubModule(module, dependency.name, class_name, text, frozenset(imports.top_modules()))
+
+
+def _awaited(imports: Imports, def_lines: list[str]) -> list[str]:
+    """``def_lines`` of a method returning a coroutine, under ``@awaited``: a call of it never
+    awaited then names the caller's file and line rather than the stub's internals."""
+    imports.add_from("chains.await_check", "awaited")
+    return ["    @awaited", *def_lines]
 
 
 def _returns_async_generator(func: Any) -> bool:

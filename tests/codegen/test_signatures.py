@@ -76,6 +76,7 @@ def test_hello_stub_reads_as_written_by_hand(generated: dict[str, GeneratedChain
         "# regenerate with: chains generate chain.py --out build\n"
         '"""Stub of chainlet Greeter: its ``run_remote``, called over HTTP."""\n'
         "\n"
+        "from chains.await_check import awaited\n"
         "from chains.stubs import StubBase\n"
         "\n"
         "\n"
@@ -86,6 +87,7 @@ def test_hello_stub_reads_as_written_by_hand(generated: dict[str, GeneratedChain
         "    the concurrency limit come from the caller's ``chains.depends(Greeter, ...)``.\n"
         '    """\n'
         "\n"
+        "    @awaited\n"
         '    async def run_remote(self, name: str, punctuation: str = "!") -> str:\n'
         "        result: str = await self.call_remote(name=name, punctuation=punctuation)\n"
         "        return result\n"
