@@ -266,3 +266,55 @@ def test_an_out_of_memory_death_is_named_as_such(chains_home: Path, memory_cgrou
         answer = httpx.post(handle.entrypoint_url + "/run_remote", json={"megabytes": 1}, timeout=30)
         assert answer.status_code == 200
     record("oom_death", reason=reason)
+
+
+def test_a_helper_ends_soon_after_its_supervisor_is_killed(
+    chains_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the chainlet died with its supervisor, its helper lived on until `chains stop`."""
+    monkeypatch.setenv("SUPERVISED_HELPER_DIR", str(tmp_path))
+    with pushed("Spawner", "orphan-helper", file=SUPERVISED):
+        chainlet = pid_of("orphan-helper", "Spawner")
+        assert chainlet is not None
+        wait_until(lambda: chainlet in _helpers(tmp_path), 10, "the helper")
+        helper = _helpers(tmp_path)[chainlet]
+        killed = time.monotonic()
+        os.kill(read_state("orphan-helper").supervisor_pid, signal.SIGKILL)
+        # No `chains stop` yet: the supervisor's reaper saw it go.
+        wait_until(lambda: not _alive(helper), 10, "the helper to end with its killed supervisor")
+        ended_after = time.monotonic() - killed
+    record("helper_after_supervisor_kill", helper_ended_after_sec=round(ended_after, 2))
+
+
+MEMORY = Path(__file__).parent / "sample_chains" / "memory_chains.py"
+
+
+def test_a_helper_that_left_its_process_group_ends_with_its_chainlet(
+    chains_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A helper in a session of its own (``start_new_session=True``) is out of the chainlet's
+    process group; the chainlet's memory cgroup still holds it (root only, as cgroups are)."""
+    from chains.targets.memory_limits import MemoryBounds
+
+    bounds = MemoryBounds.find()
+    if bounds.parent is None:
+        why = f"needs a writable memory cgroup to hold a chainlet's processes ({bounds.why})"
+        if os.environ.get("CHAINS_REQUIRE_ROOT"):
+            pytest.fail(why)
+        pytest.skip(why)
+    monkeypatch.setenv("SUPERVISED_HELPER_DIR", str(tmp_path))
+    with pushed("Escaper", "escaper", file=MEMORY):
+        first = pid_of("escaper", "Escaper")
+        assert first is not None
+        wait_until(lambda: first in _helpers(tmp_path), 10, "the helper")
+        helper = _helpers(tmp_path)[first]
+        assert os.getpgid(helper) != first  # out of the chainlet's group
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: not _alive(helper), 10, "the escaped helper to end with its chainlet")
+        wait_until(lambda: pid_of("escaper", "Escaper") not in (None, first), 30, "Escaper restarted")
+        second = pid_of("escaper", "Escaper")
+        assert second is not None
+        wait_until(lambda: second in _helpers(tmp_path), 10, "the new helper")
+        helper = _helpers(tmp_path)[second]
+        os.kill(read_state("escaper").supervisor_pid, signal.SIGKILL)
+        wait_until(lambda: not _alive(helper), 10, "the escaped helper to end with its killed supervisor")
