@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from chains.server.loop_watch import BEAT_FILE_ENV, THRESHOLD_ENV
 from chains.server.memory_errors import BOUND_ENV
 from chains.targets.control_sockets import (
     ENTRY_SOCKET_COMMAND,
@@ -90,6 +91,7 @@ class _Replica:
     oom_kills_at_start: int | None = None
     answer: DownAnswer | None = None  # 503s on its port while it is down for a while
     bound_said: bool = False  # its memory bound is logged at its first start
+    fenced: bool = False  # its port answered 503 by the supervisor while it does not answer
 
 
 class Supervisor:
@@ -117,6 +119,7 @@ class Supervisor:
         self._bounds: dict[int, MemoryBound] = {}  # by pid, until the process's group is ended
         self._unremoved: list[MemoryBound] = []  # groups still busy when ended, retried
         self._reaper: subprocess.Popen[bytes] | None = None
+        self._fencing: set[asyncio.Future[None]] = set()  # a reference until each fence is up
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -178,6 +181,14 @@ class Supervisor:
         ready_file = self.run_dir / f"{spec.name}-{replica.index}-{self._spawned}.ready"
         ready_file.unlink(missing_ok=True)
         env["CHAINS_READY_FILE"] = str(ready_file)
+        beat_file = ready_file.with_suffix(".beat")
+        beat_file.unlink(missing_ok=True)
+        if env.get(THRESHOLD_ENV, "").strip() not in ("0", "0.0"):
+            # Made now, so that a process stopped before its loop watch's first beat has one
+            # too, as old as the process; without the watch it has none (no sign either way).
+            with contextlib.suppress(OSError):  # a full disk: no beats, the probes alone decide
+                os.close(os.open(beat_file, os.O_WRONLY | os.O_CREAT, 0o600))
+                env[BEAT_FILE_ENV] = str(beat_file)
         bound = self._memory_bound(replica)
         if bound is not None:
             env[BOUND_ENV] = bound.describe()
@@ -294,7 +305,7 @@ class Supervisor:
         return process.poll() is None and self._ready_files[process.pid].exists()
 
     def start(self, replica: _Replica) -> None:
-        self._close_answer(replica)
+        self._unfence(replica)
         replica.process = self._spawn(replica)
         replica.record.pid = replica.process.pid
         # A crash loop stays shown as failed through each of its attempts, until one is ready.
@@ -337,6 +348,7 @@ class Supervisor:
         why = replica.killed_because or self._exit_words(replica, code)
         self._end_group(replica.process.pid)
         replica.process = None
+        replica.fenced = False  # its port keeps the fence's answer (if any) until its next start
         if replica.probation is not None:
             replica.probation.cancel()
         record.pid = None
@@ -392,14 +404,83 @@ class Supervisor:
         if replica.probation is None:
             replica.probation = Probation(next_at=now + policy.period_sec)
             return
-        host, port = replica.sock.getsockname()[:2]
-        missed = replica.probation.step(now, policy, host, port)
+        probation = replica.probation
+        if replica.fenced:
+            missed = self._fenced_probe(replica, probation, now)
+        else:
+            host, port = replica.sock.getsockname()[:2]
+            missed = probation.step(now, policy, host, port)
         if missed is not None:
-            self._log(
-                replica, f"health check failed ({replica.probation.misses}/{policy.failures}): {missed}"
-            )
-            if replica.probation.misses >= policy.failures:
-                self._kill_unresponsive(replica, now, replica.probation)
+            self._log(replica, f"health check failed ({probation.misses}/{policy.failures}): {missed}")
+            if probation.misses >= policy.failures:
+                self._kill_unresponsive(replica, now, probation)
+            elif not replica.fenced:
+                fencing = self._fence(replica, missed)
+                if fencing is not None:
+                    self._fencing.add(fencing)
+                    fencing.add_done_callback(self._fencing.discard)
+
+    # -- a lone replica that stopped answering -------------------------------------------------
+
+    def _beat_age(self, replica: _Replica) -> float | None:
+        """Seconds since the replica's loop last ran (its loop watch's beat), None without beats."""
+        assert replica.process is not None
+        beat = self._ready_files[replica.process.pid].with_suffix(".beat")
+        try:
+            return max(0.0, time.time() - beat.stat().st_mtime)
+        except OSError:
+            return None
+
+    def _fence(self, replica: _Replica, missed: str) -> asyncio.Future[None] | None:
+        """After a first missed probe of a lone replica whose loop has stopped beating, answer
+        its port 503 with ``Retry-After`` until it beats again or is restarted: callers fail
+        fast instead of waiting out the rest of the probes in its backlog. The process keeps
+        its socket, so a loop that runs again takes its calls again at once."""
+        age = self._beat_age(replica)
+        if self._others_ready(replica) or age is None or age < self.liveness.timeout_sec:
+            # Others take the calls; or no beats to tell a hang by (the loop watch is off);
+            # or its loop runs (a slow health check): the probes alone decide.
+            return None
+        replica.fenced = True
+        name = replica.spec.name
+
+        def detail() -> str:
+            return f"{name} is not answering ({missed}); it is restarted if it does not answer again"
+
+        async def fence() -> None:
+            try:
+                answer = await DownAnswer.open(replica.sock, detail)
+            except OSError as exc:
+                self._log(replica, f"calls wait in its port's backlog while it does not answer ({exc})")
+                return
+            if not replica.fenced:  # it answered again meanwhile
+                answer.close()
+                return
+            self._close_answer(replica)
+            replica.answer = answer
+            self._log(replica, "its port answers 503 (Retry-After) until it answers again or is restarted")
+
+        return asyncio.ensure_future(fence())
+
+    def _fenced_probe(self, replica: _Replica, probation: Probation, now: float) -> str | None:
+        """While fenced, the loop's beat is the probe (an HTTP probe would reach the fence):
+        a fresh beat lifts the fence, and the HTTP probes take over again."""
+        probation.cancel()
+        age = self._beat_age(replica)
+        if age is not None and age < self.liveness.timeout_sec:
+            self._unfence(replica)
+            self._log(replica, "its event loop runs again: its port is its own again")
+            return None
+        if now < probation.next_at:
+            return None
+        probation.next_at = now + self.liveness.period_sec
+        reason = f"its event loop has not run for {age:.0f}s" if age is not None else "no beat"
+        probation.missed(now, reason)
+        return reason
+
+    def _unfence(self, replica: _Replica) -> None:
+        replica.fenced = False
+        self._close_answer(replica)
 
     def _kill_unresponsive(self, replica: _Replica, now: float, probation: Probation) -> None:
         assert replica.process is not None and probation.first_miss_at is not None
@@ -559,6 +640,7 @@ class Supervisor:
             replica.record.code_version = code_version
             replica.ever_ready = True
             replica.probation = None
+            self._unfence(replica)
             replica.ready_since = time.monotonic()
             if old is not None and old.poll() is None:
                 old.send_signal(signal.SIGTERM)
