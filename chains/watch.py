@@ -20,7 +20,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -191,7 +193,16 @@ def watch(file: Path, chain: Chain, *, entrypoint: str | None = None) -> None:
     before = _snapshot_all(folders)
     deployed = _contents_all(folders)
     generation = 0
-    previous = {sig: signal.signal(sig, _hang_up) for sig in (signal.SIGHUP, signal.SIGTERM)}
+    handlers: dict[signal.Signals, Callable[[int, Any], None]] = {
+        # Ctrl-C, and `kill -INT`, even where it was started with SIGINT ignored (a shell
+        # does that to a job it starts with `&`, as in `nohup chains push --watch &`): a watch
+        # nothing can stop but SIGKILL would leave its chain running.
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGTERM: _hang_up,
+    }
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup: it outlives its terminal
+        handlers[signal.SIGHUP] = _hang_up
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
         click.echo(f"watching {', '.join(map(str, folders))} for changes (Ctrl-C stops the chain)")
         while True:

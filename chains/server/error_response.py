@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from chains.errors import DependencyUnavailable, ErrorDetail
 from chains.server.asgi import send_json
+from chains.server.memory_errors import memory_message, note_failure
 from chains.server.request import Request
 from chains.source_map import in_user_files
 
@@ -35,10 +36,15 @@ async def send_error(
     and ``status`` or the one the error asks for; return the status sent."""
     if tracing is not None:
         tracing.record_error(exc)
+    note_failure(exc)
     detail = ErrorDetail.from_exception(exc, chainlet)
     # The id the x-chains-request-id header carries, and the frames in the user's own files.
     detail = detail.model_copy(
-        update={"request_id": request.call.request_id, "traceback": in_user_files(detail.traceback)}
+        update={
+            "request_id": request.call.request_id,
+            "traceback": in_user_files(detail.traceback),
+            "message": detail.message or memory_message(exc),
+        }
     )
     headers = request.id_header
     if entrypoint:

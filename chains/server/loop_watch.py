@@ -4,7 +4,11 @@
 A synchronous call in an ``async`` body (``time.sleep``, a blocking client, a long
 computation) stops every call the process serves, and its health check; the line to fix
 is the one this log names, like asyncio's debug mode's slow-callback warning but on in
-production, where it costs one wake-up of the loop every quarter of the threshold::
+production, where it costs one wake-up of the loop every quarter of the threshold.
+
+Where its supervisor names a file in ``CHAINS_LOOP_BEAT_FILE``, the watch also touches it
+at each wake-up the loop answered: the supervisor's sign, without a connection to the
+process, of whether the process still runs its loop (a stopped or blocked one does not)::
 
     watch_loop(asyncio.get_running_loop(), "Generator")
 """
@@ -12,6 +16,7 @@ production, where it costs one wake-up of the loop every quarter of the threshol
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -19,9 +24,10 @@ import threading
 import time
 import traceback
 
-__all__ = ["watch_loop"]
+__all__ = ["BEAT_FILE_ENV", "THRESHOLD_ENV", "watch_loop"]
 
 THRESHOLD_ENV = "CHAINS_LOOP_BLOCK_WARN_SEC"
+BEAT_FILE_ENV = "CHAINS_LOOP_BEAT_FILE"
 _DEFAULT_THRESHOLD_SEC = 1.0
 _STACK_LINES = 40
 
@@ -37,7 +43,7 @@ def watch_loop(loop: asyncio.AbstractEventLoop, name: str, threshold: float | No
         return
     watcher = threading.Thread(
         target=_watch,
-        args=(loop, threading.get_ident(), name, threshold),
+        args=(loop, threading.get_ident(), name, threshold, os.environ.get(BEAT_FILE_ENV) or None),
         name=f"{name}-loop-watch",
         daemon=True,
     )
@@ -53,7 +59,19 @@ def _threshold() -> float:
         return _DEFAULT_THRESHOLD_SEC
 
 
-def _watch(loop: asyncio.AbstractEventLoop, thread_id: int, name: str, threshold: float) -> None:
+def _touch(path: str) -> None:
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    except OSError:
+        pass  # a beat missed is a sign of life missed, never a failure of the chainlet
+
+
+def _watch(
+    loop: asyncio.AbstractEventLoop, thread_id: int, name: str, threshold: float, beat_file: str | None
+) -> None:
     beat = [time.monotonic()]
 
     def heartbeat() -> None:
@@ -70,6 +88,8 @@ def _watch(loop: asyncio.AbstractEventLoop, thread_id: int, name: str, threshold
         last = beat[0]
         blocked = time.monotonic() - last
         if blocked < threshold + tick:
+            if beat_file is not None and blocked < 2 * tick:
+                _touch(beat_file)
             if reported_at is not None:
                 logger.warning("the event loop of %s is running again after %.1fs", name, last - reported_at)
                 reported_at = None

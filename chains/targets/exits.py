@@ -14,6 +14,8 @@ import os
 import signal
 from collections.abc import Callable
 
+from chains.server.memory_errors import OUT_OF_MEMORY_EXIT, restart_after
+
 __all__ = ["describe_exit", "die_with", "group_exists", "kill_group", "oom_kill_count"]
 
 
@@ -77,12 +79,24 @@ def oom_kill_count() -> int | None:
     return None
 
 
-def describe_exit(code: int, oom_kills: int = 0) -> str:
+def describe_exit(code: int, oom_kills: int = 0, bound: str | None = None) -> str:
     """``"exited with code 3"``, ``"was killed by SIGSEGV (exit code -11)"``; a SIGKILL while
-    the kernel's out-of-memory killer killed ``oom_kills`` processes is named as such."""
+    the kernel's out-of-memory killer killed ``oom_kills`` processes is named as such, with
+    the process's memory ``bound`` (``"256 MiB (cgroup v2)"``) when it had one; exit code
+    :data:`OUT_OF_MEMORY_EXIT` is a server that stopped after repeated ``MemoryError``."""
+    if code == OUT_OF_MEMORY_EXIT:
+        return (
+            f"out of memory: MemoryError {restart_after()} times in a row (it exited with code "
+            f"{code} to be restarted; give it more memory or make it use less)"
+        )
     if code >= 0:
         return f"exited with code {code}"
     name = _signal_name(-code)
+    if -code == signal.SIGKILL and oom_kills and bound is not None:
+        return (
+            f"was killed for running out of memory (OOMKilled: past its bound of {bound}, "
+            "Compute(memory=...); give it more memory or make it use less)"
+        )
     if -code == signal.SIGKILL and oom_kills:
         return (
             "was killed for running out of memory (OOMKilled: the kernel's out-of-memory killer "

@@ -34,6 +34,7 @@ from chains.errors import ChainsUsageError
 from chains.tls import client_context
 
 if TYPE_CHECKING:
+    from chains.config import Compute
     from chains.model import Chain
 
 T = TypeVar("T")
@@ -100,6 +101,9 @@ class DeploymentChainlet(pydantic.BaseModel):
     env: dict[str, str] = pydantic.Field(default_factory=dict, repr=False)
     is_entrypoint: bool = False
     code_version: str = ""
+    # Bytes, from ``Compute(memory=...)`` where the chainlet names it: the supervisor bounds
+    # each process there (chains.targets.memory_limits); None leaves it unbounded.
+    memory_limit: int | None = None
 
     @classmethod
     def all_of(
@@ -121,9 +125,15 @@ class DeploymentChainlet(pydantic.BaseModel):
                 is_entrypoint=spec is chain.entrypoint,
                 code_version=versions.get(spec.name, ""),
                 env=envs[spec.name],
+                memory_limit=_named_memory(spec.remote_config.compute),
             )
             for spec in chain.chainlets
         ]
+
+
+def _named_memory(compute: Compute) -> int | None:
+    # The default of 512Mi is the platforms' size; locally only a size the author named bounds.
+    return compute.memory_bytes if "memory" in compute.model_fields_set else None
 
 
 class Deployment(pydantic.BaseModel):

@@ -25,10 +25,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from chains.server.loop_watch import BEAT_FILE_ENV, THRESHOLD_ENV
+from chains.server.memory_errors import BOUND_ENV
 from chains.targets.control_sockets import (
     ENTRY_SOCKET_COMMAND,
     control_socket_path,
@@ -39,6 +42,7 @@ from chains.targets.down_answer import DownAnswer
 from chains.targets.exits import describe_exit, die_with, kill_group, oom_kill_count
 from chains.targets.liveness import LivenessPolicy, Probation
 from chains.targets.log_writer import LogLimits, LogPipe, RotatingLog
+from chains.targets.memory_limits import MemoryBound, MemoryBounds
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -64,6 +68,8 @@ ANSWER_WHILE_DOWN_SEC = 2.0
 # The longest wait between two starts of a crash-looping replica (Kubernetes' CrashLoopBackOff cap).
 MAX_BACKOFF_SEC = 300.0
 _POLL_SEC = 0.05
+# Run by path: it imports nothing of chains, so that it starts in milliseconds.
+REAPER = Path(__file__).with_name("reaper.py")
 
 
 @dataclass
@@ -84,6 +90,8 @@ class _Replica:
     killed_because: str | None = None  # set when the supervisor kills it (a failed liveness probe)
     oom_kills_at_start: int | None = None
     answer: DownAnswer | None = None  # 503s on its port while it is down for a while
+    bound_said: bool = False  # its memory bound is logged at its first start
+    fenced: bool = False  # its port answered 503 by the supervisor while it does not answer
 
 
 class Supervisor:
@@ -107,6 +115,11 @@ class Supervisor:
         self.log_limits = LogLimits.from_environment(os.environ)
         self._connecting: set[asyncio.Future[Any]] = set()
         self._log_pipes: set[LogPipe] = set()
+        self._memory: MemoryBounds | None = None  # found at the first chainlet with a bound
+        self._bounds: dict[int, MemoryBound] = {}  # by pid, until the process's group is ended
+        self._unremoved: list[MemoryBound] = []  # groups still busy when ended, retried
+        self._reaper: subprocess.Popen[bytes] | None = None
+        self._fencing: set[asyncio.Future[None]] = set()  # a reference until each fence is up
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -168,6 +181,17 @@ class Supervisor:
         ready_file = self.run_dir / f"{spec.name}-{replica.index}-{self._spawned}.ready"
         ready_file.unlink(missing_ok=True)
         env["CHAINS_READY_FILE"] = str(ready_file)
+        beat_file = ready_file.with_suffix(".beat")
+        beat_file.unlink(missing_ok=True)
+        if env.get(THRESHOLD_ENV, "").strip() not in ("0", "0.0"):
+            # Made now, so that a process stopped before its loop watch's first beat has one
+            # too, as old as the process; without the watch it has none (no sign either way).
+            with contextlib.suppress(OSError):  # a full disk: no beats, the probes alone decide
+                os.close(os.open(beat_file, os.O_WRONLY | os.O_CREAT, 0o600))
+                env[BEAT_FILE_ENV] = str(beat_file)
+        bound = self._memory_bound(replica)
+        if bound is not None:
+            env[BOUND_ENV] = bound.describe()
         fd = replica.sock.fileno()
         # Through a pipe, not the file itself: the supervisor rotates the file and counts
         # what it cannot write; a chainlet writing faster than the disk takes waits on the pipe.
@@ -179,8 +203,11 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             pass_fds=(fd,),
-            preexec_fn=self._preexec,
+            preexec_fn=self._preexec_with(bound),
         )
+        if bound is not None:
+            self._bounds[process.pid] = bound
+        self._tell_reaper(f"+ {process.pid} {bound.group if bound and bound.group else ''}")
         assert process.stdout is not None
         self._log_pipes = {p for p in self._log_pipes if not p.ended.is_set()}
         pipe = LogPipe(replica.log)
@@ -195,11 +222,90 @@ class Supervisor:
         self._identities[process.pid] = process_identity(process.pid)
         return process
 
+    def _memory_bound(self, replica: _Replica) -> MemoryBound | None:
+        """A fresh bound for a new process of ``replica`` (None: its chainlet names no memory)."""
+        limit = replica.spec.memory_limit
+        if limit is None:
+            return None
+        if self._memory is None:
+            self._memory = MemoryBounds.find()
+        deployment = self.deployment
+        name = (
+            f"chains-{deployment.chain}-{deployment.id}-{replica.spec.name}-{replica.index}-{self._spawned}"
+        )
+        bound = self._memory.for_process(name, limit)
+        if not replica.bound_said:
+            replica.bound_said = True
+            why = "" if bound.group is not None else f" ({self._memory.why}: allocations past it fail)"
+            self._log(replica, f"memory bounded at {bound.describe()}{why}")
+        return bound
+
+    def _preexec_with(self, bound: MemoryBound | None) -> Callable[[], None] | None:
+        tie = self._preexec
+        if bound is None:
+            return tie
+
+        def preexec() -> None:
+            if tie is not None:
+                tie()
+            bound.enter()
+
+        return preexec
+
+    def _end_group(self, pid: int) -> None:
+        """Kill what is left of the process ``pid`` started: its process group, its memory
+        cgroup (which holds even a helper that left the group); then forget them."""
+        kill_group(pid)
+        bound = self._bounds.pop(pid, None)
+        if bound is not None and not bound.remove(wait=0.2):
+            self._unremoved.append(bound)
+        self._tell_reaper(f"- {pid}")
+
+    def _remove_unremoved(self, wait: float = 0.0) -> None:
+        self._unremoved = [b for b in self._unremoved if not b.remove(wait=wait)]
+
+    def _start_reaper(self) -> None:
+        """The watch that ends the chainlets' helpers when this process dies (:mod:`reaper`)."""
+        try:
+            self._reaper = subprocess.Popen(
+                [sys.executable, "-I", str(REAPER)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,  # not in the way of a Ctrl-C meant for this process
+            )
+        except OSError as exc:
+            _say(f"cannot start the reaper ({exc}): helpers of its chainlets outlive a killed supervisor")
+
+    def _tell_reaper(self, line: str) -> None:
+        reaper = self._reaper
+        if reaper is None or reaper.stdin is None:
+            return
+        try:
+            reaper.stdin.write(line.encode() + b"\n")
+            reaper.stdin.flush()
+        except OSError as exc:  # it was killed: the supervising goes on without it
+            _say(f"the reaper is gone ({exc}): helpers of its chainlets outlive a killed supervisor")
+            self._reaper = None
+
+    def _stop_reaper(self) -> None:
+        reaper, self._reaper = self._reaper, None
+        if reaper is None:
+            return
+        stdin: IO[bytes] | None = reaper.stdin
+        if stdin is not None:
+            with contextlib.suppress(OSError):
+                stdin.close()
+        try:
+            reaper.wait(5)
+        except subprocess.TimeoutExpired:
+            reaper.kill()
+            reaper.wait()
+
     def _is_ready(self, process: subprocess.Popen[bytes]) -> bool:
         return process.poll() is None and self._ready_files[process.pid].exists()
 
     def start(self, replica: _Replica) -> None:
-        self._close_answer(replica)
+        self._unfence(replica)
         replica.process = self._spawn(replica)
         replica.record.pid = replica.process.pid
         # A crash loop stays shown as failed through each of its attempts, until one is ready.
@@ -215,7 +321,7 @@ class Supervisor:
         now = time.monotonic()
         for old in list(replica.retiring):
             if old.poll() is not None:
-                kill_group(old.pid)  # what the replaced process started
+                self._end_group(old.pid)  # what the replaced process started
                 replica.retiring.remove(old)
         if replica.process is None:
             if replica.restart_at is not None and now >= replica.restart_at and not self.stopping:
@@ -237,14 +343,16 @@ class Supervisor:
             return
         if self.stopping:
             return
-        # The process is gone without being asked to go; so is whatever it started.
-        kill_group(replica.process.pid)
+        # The process is gone without being asked to go; so is whatever it started (once its
+        # cgroup's record of an out-of-memory kill is read).
+        why = replica.killed_because or self._exit_words(replica, code)
+        self._end_group(replica.process.pid)
         replica.process = None
+        replica.fenced = False  # its port keeps the fence's answer (if any) until its next start
         if replica.probation is not None:
             replica.probation.cancel()
         record.pid = None
         record.last_exit = code
-        why = replica.killed_because or self._exit_words(replica, code)
         replica.killed_because = None
         record.reason = why
         refused = self._others_ready(replica)
@@ -276,6 +384,10 @@ class Supervisor:
         self.write_state()
 
     def _exit_words(self, replica: _Replica, code: int) -> str:
+        bound = self._bounds.get(replica.process.pid) if replica.process is not None else None
+        if bound is not None and bound.group is not None:
+            # The process's own cgroup counts its out-of-memory kills: no guess from the machine's.
+            return describe_exit(code, bound.oom_kills(), bound.describe())
         before, after = replica.oom_kills_at_start, oom_kill_count()
         oom_kills = after - before if before is not None and after is not None else 0
         return describe_exit(code, oom_kills)
@@ -292,14 +404,83 @@ class Supervisor:
         if replica.probation is None:
             replica.probation = Probation(next_at=now + policy.period_sec)
             return
-        host, port = replica.sock.getsockname()[:2]
-        missed = replica.probation.step(now, policy, host, port)
+        probation = replica.probation
+        if replica.fenced:
+            missed = self._fenced_probe(replica, probation, now)
+        else:
+            host, port = replica.sock.getsockname()[:2]
+            missed = probation.step(now, policy, host, port)
         if missed is not None:
-            self._log(
-                replica, f"health check failed ({replica.probation.misses}/{policy.failures}): {missed}"
-            )
-            if replica.probation.misses >= policy.failures:
-                self._kill_unresponsive(replica, now, replica.probation)
+            self._log(replica, f"health check failed ({probation.misses}/{policy.failures}): {missed}")
+            if probation.misses >= policy.failures:
+                self._kill_unresponsive(replica, now, probation)
+            elif not replica.fenced:
+                fencing = self._fence(replica, missed)
+                if fencing is not None:
+                    self._fencing.add(fencing)
+                    fencing.add_done_callback(self._fencing.discard)
+
+    # -- a lone replica that stopped answering -------------------------------------------------
+
+    def _beat_age(self, replica: _Replica) -> float | None:
+        """Seconds since the replica's loop last ran (its loop watch's beat), None without beats."""
+        assert replica.process is not None
+        beat = self._ready_files[replica.process.pid].with_suffix(".beat")
+        try:
+            return max(0.0, time.time() - beat.stat().st_mtime)
+        except OSError:
+            return None
+
+    def _fence(self, replica: _Replica, missed: str) -> asyncio.Future[None] | None:
+        """After a first missed probe of a lone replica whose loop has stopped beating, answer
+        its port 503 with ``Retry-After`` until it beats again or is restarted: callers fail
+        fast instead of waiting out the rest of the probes in its backlog. The process keeps
+        its socket, so a loop that runs again takes its calls again at once."""
+        age = self._beat_age(replica)
+        if self._others_ready(replica) or age is None or age < self.liveness.timeout_sec:
+            # Others take the calls; or no beats to tell a hang by (the loop watch is off);
+            # or its loop runs (a slow health check): the probes alone decide.
+            return None
+        replica.fenced = True
+        name = replica.spec.name
+
+        def detail() -> str:
+            return f"{name} is not answering ({missed}); it is restarted if it does not answer again"
+
+        async def fence() -> None:
+            try:
+                answer = await DownAnswer.open(replica.sock, detail)
+            except OSError as exc:
+                self._log(replica, f"calls wait in its port's backlog while it does not answer ({exc})")
+                return
+            if not replica.fenced:  # it answered again meanwhile
+                answer.close()
+                return
+            self._close_answer(replica)
+            replica.answer = answer
+            self._log(replica, "its port answers 503 (Retry-After) until it answers again or is restarted")
+
+        return asyncio.ensure_future(fence())
+
+    def _fenced_probe(self, replica: _Replica, probation: Probation, now: float) -> str | None:
+        """While fenced, the loop's beat is the probe (an HTTP probe would reach the fence):
+        a fresh beat lifts the fence, and the HTTP probes take over again."""
+        probation.cancel()
+        age = self._beat_age(replica)
+        if age is not None and age < self.liveness.timeout_sec:
+            self._unfence(replica)
+            self._log(replica, "its event loop runs again: its port is its own again")
+            return None
+        if now < probation.next_at:
+            return None
+        probation.next_at = now + self.liveness.period_sec
+        reason = f"its event loop has not run for {age:.0f}s" if age is not None else "no beat"
+        probation.missed(now, reason)
+        return reason
+
+    def _unfence(self, replica: _Replica) -> None:
+        replica.fenced = False
+        self._close_answer(replica)
 
     def _kill_unresponsive(self, replica: _Replica, now: float, probation: Probation) -> None:
         assert replica.process is not None and probation.first_miss_at is not None
@@ -372,6 +553,7 @@ class Supervisor:
                     kill_group(replica.process.pid)
                     replica.process.kill()
                     replica.process.wait()
+                    self._end_group(replica.process.pid)
                 replica.crashes = 0
                 replica.restart_at = None
                 replica.ever_ready = False
@@ -441,6 +623,8 @@ class Supervisor:
                 if process.poll() is not None or time.monotonic() > deadline:
                     for _, started in fresh:
                         started.kill()
+                        started.wait()
+                        self._end_group(started.pid)
                     raise RuntimeError(
                         f"the new {chainlet} did not become ready (exit code {process.poll()}); "
                         f"see {replica.log_path}"
@@ -456,6 +640,7 @@ class Supervisor:
             replica.record.code_version = code_version
             replica.ever_ready = True
             replica.probation = None
+            self._unfence(replica)
             replica.ready_since = time.monotonic()
             if old is not None and old.poll() is None:
                 old.send_signal(signal.SIGTERM)
@@ -593,7 +778,7 @@ class Supervisor:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-            kill_group(process.pid)
+            self._end_group(process.pid)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -611,6 +796,7 @@ class Supervisor:
         finally:
             os.umask(umask)
         self.open_sockets()
+        self._start_reaper()
         for replica in self.replicas:
             self.start(replica)
         self.write_state()
@@ -618,11 +804,15 @@ class Supervisor:
             while not self.stopping:
                 for replica in self.replicas:
                     await self._check(replica)
+                if self._unremoved:
+                    self._remove_unremoved()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopped.wait(), _POLL_SEC)
         finally:
             server.close()
             await self._shutdown()
+            self._remove_unremoved(wait=2.0)
+            self._stop_reaper()
             control_path.unlink(missing_ok=True)
 
 

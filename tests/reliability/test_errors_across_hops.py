@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,8 +22,10 @@ import pytest
 import chains
 from chains.streaming import FRAMED_MEDIA_TYPE, SSE
 from chains.stubs import StubOptions
+from chains.targets.state import read_state
 from chains.wire import DEBUG_HEADER, REQUEST_ID_HEADER, debug_proof
-from tests.reliability.conftest import HERE, cli, pushed, record, token_of
+from tests.helpers import wait_until
+from tests.reliability.conftest import HERE, cli, metric, pushed, record, token_of
 
 SAMPLE = HERE / "sample_chains" / "overload_chains.py"
 CALLERS = 25
@@ -108,6 +110,20 @@ def _check_refusals(responses: list[httpx.Response]) -> list[dict[str, object]]:
     return errors
 
 
+# Busy takes 2 calls at once and queues 8: 10 held calls fill it, and the next is refused.
+HELD = 10
+
+
+def _wait_for_saturation(name: str) -> None:
+    """Wait until the held calls all reached the busy chainlet (its caller counts them in
+    flight to it), so that the next call is refused: not a fixed sleep, which a loaded
+    machine outlasts before the calls arrive."""
+    middle, busy = ("Middle", "Busy") if name == "overload" else ("StreamMiddle", "BusyStream")
+    url = read_state(name).replicas(middle)[0].url
+    sample = f'chains_dependency_in_flight{{chainlet="{middle}",dependency="{busy}"}}'
+    wait_until(lambda: metric(url, sample) >= HELD, 30, f"{HELD} calls held by {busy}", poll=0.02)
+
+
 def _hops(error: dict[str, object]) -> list[dict[str, object]]:
     hops = []
     current: object = error
@@ -152,13 +168,13 @@ def test_a_stub_caller_catches_it_as_a_connection_error_and_its_retries_get_thro
         patient = Overload(local["unary"], options=StubOptions(retries=10))
         try:
             # Busy held by 10 long calls (2 running, 8 queued): the next one is refused.
-            holding = [asyncio.create_task(impatient.run_remote(3.0)) for _ in range(10)]
-            await asyncio.sleep(1.0)
+            holding = [asyncio.create_task(impatient.run_remote(3.0)) for _ in range(HELD)]
+            await asyncio.to_thread(_wait_for_saturation, "overload")
             with pytest.raises(ConnectionError) as refused:
                 await impatient.run_remote(0.0)
             assert isinstance(refused.value, chains.DependencyUnavailable)
             assert "answered 503" in str(refused.value)
-            assert await asyncio.gather(*holding) == ["done"] * 10
+            assert await asyncio.gather(*holding) == ["done"] * HELD
             # The same burst from callers that retry: each 503 is waited out and retried.
             started = time.perf_counter()
             answers = await asyncio.gather(*(patient.run_remote(0.3) for _ in range(CALLERS)))
@@ -205,11 +221,11 @@ def test_a_stream_past_its_deadline_ends_as_a_timeout_error_for_a_stub_caller(lo
 
 
 def test_chains_call_prints_a_clean_error_for_the_overloaded_dependency(local: dict[str, str]) -> None:
-    def saturate(url: str, body: dict[str, object]) -> ThreadPoolExecutor:
-        pool = ThreadPoolExecutor(10)
-        for _ in range(10):
+    def saturate(name: str, url: str, body: Mapping[str, object]) -> ThreadPoolExecutor:
+        pool = ThreadPoolExecutor(HELD)
+        for _ in range(HELD):
             pool.submit(httpx.post, url + "/run_remote", json=body, timeout=30)
-        time.sleep(1.0)
+        _wait_for_saturation(name)
         return pool
 
     for name, body in (
@@ -217,7 +233,7 @@ def test_chains_call_prints_a_clean_error_for_the_overloaded_dependency(local: d
         ("overload-stream", {"hold": 4.0, "count": 1, "gap": 0.0}),
     ):
         url = local["unary" if name == "overload" else "stream"]
-        pool = saturate(url, body)
+        pool = saturate(name, url, body)
         try:
             quick = json.dumps({**body, "hold": 0.0})
             result = cli("call", name, "--json", quick, timeout=60)

@@ -423,3 +423,49 @@ def test_sighup_to_push_watch_stops_what_it_started(marked: Marked) -> None:
         if watcher.poll() is None:
             watcher.kill()
             watcher.wait()
+
+
+def _as_nohup_in_the_background() -> None:
+    """What `nohup chains push --watch &` from a script leaves a process: SIGHUP ignored (nohup)
+    and SIGINT ignored (a shell's `&` without job control), inherited across exec."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_sigint_stops_push_watch_started_with_sigint_ignored(marked: Marked) -> None:
+    name = "nohup"
+    push = ["push", str(SAMPLE), "--entrypoint", ENTRY, "--name", name, "--watch"]
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "chains", *push],
+        env=marked.cli.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_as_nohup_in_the_background,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(watcher.stdout or []), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any(line.startswith("watching") for line in lines), 90, "the watch to start")
+        assert len(chain_pids(live_state(marked, name))) == 3
+        # Under nohup a hang-up is what it is told to outlive: the chain keeps running.
+        watcher.send_signal(signal.SIGHUP)
+        assert marked.cli.run("status", name).returncode == 0
+        assert watcher.poll() is None
+        asked = time.monotonic()
+        watcher.send_signal(signal.SIGINT)  # before: ignored, so the watch and its chain ran on
+        assert watcher.wait(60) == 0, "".join(lines)
+        took = time.monotonic() - asked
+        wait_until(lambda: not marked.pids(), 10, f"nothing left: {marked.leftovers()}")
+        assert "no chain named" in marked.cli.run("status", name, check=False).stderr
+        record("test_sigint_to_push_watch_under_nohup", stopped_within_s=round(took, 2))
+    finally:
+        if watcher.poll() is None:
+            watcher.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                watcher.wait(30)
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
