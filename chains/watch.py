@@ -27,6 +27,7 @@ import click
 from chains.deploy import find_state, stop_chain
 from chains.model import Chain
 from chains.package_dirs import package_dirs
+from chains.targets import target
 from chains.targets.local import control
 from chains.targets.state import chain_dir
 
@@ -152,7 +153,7 @@ def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: in
     changed = [name for name in new if new[name].get("code_version") != old[name].get("code_version")]
     if not changed:
         return "no chainlet's code changed"
-    if state.target != "local":
+    if not target(state.target).capabilities.patch:
         # Containers are replaced, not patched: push again, which builds only the images of the
         # chainlets that changed and starts the new containers before removing the old ones.
         pushed = subprocess.run(push, capture_output=True, text=True)

@@ -22,7 +22,7 @@ from chains.errors import ChainsRuntimeError
 from chains.model import Chain
 from chains.progress import Board, Stage
 from chains.source_map import SOURCE_DIR_ENV, condense, drop_cancellations, find_cause, to_user_files
-from chains.targets import is_alive
+from chains.targets import Capabilities, SettingGroup, Target, TargetKind, is_alive
 from chains.targets.environment import chainlet_environment
 from chains.targets.exits import kill_group
 from chains.targets.job_env import job_environment
@@ -35,6 +35,7 @@ from chains.targets.state import (
     ChainState,
     Deployment,
     DeploymentChainlet,
+    Pushed,
     chain_dir,
     iter_logs,
     process_identity,
@@ -64,7 +65,7 @@ class LocalTarget:
     def __init__(self, python: str | None = None) -> None:
         self.python = python or sys.executable
 
-    def push(self, chain: Chain, source_file: Path, options: LocalOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: LocalOptions) -> Pushed:
         """Start ``chain`` and wait until every chainlet is ready; replaces a running one.
 
         The new deployment becomes current only once it is ready, then the previous one
@@ -485,3 +486,13 @@ def control(deploy_dir: Path, command: Mapping[str, object], timeout: float = 12
             data += chunk
     answer: dict[str, object] = json.loads(data or b"{}")
     return answer
+
+
+TARGET = Target(
+    name="local",
+    kind=TargetKind.RUNNING,
+    options=LocalOptions,
+    acts_on=frozenset({SettingGroup.DATA_DIR, SettingGroup.PACKAGE_DIRS}),
+    build=LocalTarget,
+    capabilities=Capabilities(restart=True, patch=True, process_liveness=True),
+)

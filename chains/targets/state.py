@@ -25,6 +25,7 @@ import shutil
 import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -45,6 +46,7 @@ __all__ = [
     "ChainletProcess",
     "Deployment",
     "DeploymentChainlet",
+    "Pushed",
     "chain_dir",
     "chain_lock",
     "chains_home",
@@ -58,6 +60,7 @@ __all__ = [
     "process_identity",
     "read_state",
     "same_process",
+    "stop_grace",
     "write_private",
     "writing",
 ]
@@ -211,6 +214,36 @@ class ChainState(pydantic.BaseModel):
         for p in self.processes:
             seen.setdefault(p.chainlet, None)
         return list(seen)
+
+
+def stop_grace(state: ChainState) -> float:
+    """How long a stop of the deployment ``state`` records waits before it kills what is left:
+    its own drain (``grace_sec``) and a margin. The one rule for every deployment a push
+    replaces and for ``chains stop``."""
+    return state.grace_sec + STOP_MARGIN_SEC
+
+
+def _nothing() -> None:
+    pass
+
+
+@dataclass
+class Pushed:
+    """What a running target's push leaves: the new deployment, ready and current, and what
+    ran before it, still running. ``chains.deploy`` stops those (one rule for every target,
+    :func:`stop_grace`), forgets their folders when ``forget_others``, then calls ``settle``::
+
+        pushed = running_target("local").push(chain, source, options)
+        for old in pushed.replaced:
+            running_target(old.target).stop(old, stop_grace(old))
+    """
+
+    state: ChainState
+    replaced: list[ChainState] = field(default_factory=list)
+    # Whether every deployment folder but the new one may go. Not when the target did not
+    # look for deployments the state lost track of: one may still run from its folder.
+    forget_others: bool = True
+    settle: Callable[[], None] = _nothing  # tidying once the replaced ones are stopped
 
 
 def write_private(path: Path, text: str) -> None:
