@@ -131,8 +131,9 @@ def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: in
     command = [sys.executable, "-m", "chains", "generate", str(file), "--out", str(out)]
     if entrypoint:
         command += ["--entrypoint", entrypoint]
-    if state.base_image:  # generated as the deployment was, so unchanged chainlets compare equal
-        command += ["--base-image", state.base_image]
+    base_image = state.images.base_image if state.images is not None else None
+    if base_image:  # generated as the deployment was, so unchanged chainlets compare equal
+        command += ["--base-image", base_image]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         return f"the change does not pass the checks; the running version stays:\n{result.stderr.rstrip()}"
@@ -143,8 +144,8 @@ def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: in
     push = [sys.executable, "-m", "chains", "push", str(file), "--name", chain_name, "--target", state.target]
     if entrypoint:
         push += ["--entrypoint", entrypoint]
-    if state.base_image:
-        push += ["--base-image", state.base_image]
+    if base_image:
+        push += ["--base-image", base_image]
     if set(new) != set(old) or _topology(new) != _topology(old):
         pushed = subprocess.run(push, capture_output=True, text=True)
         if pushed.returncode != 0:

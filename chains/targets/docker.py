@@ -49,6 +49,8 @@ from chains.targets.push_sequence import push_sequence
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
+    ContainerRecord,
+    ImageRecord,
     Pushed,
     stop_grace,
     write_private,
@@ -341,8 +343,7 @@ class DockerTarget:
             started_at=started_at(replica.container.attrs) or time.time(),
             directory=str(generated.directory),
             code_version=generated.code_version,
-            container=replica.name,
-            image=image,
+            container=ContainerRecord(name=replica.name, image=image),
         )
 
     def _take_final_names(self, engine: Engine, plan: _Plan, state: ChainState) -> bool:
@@ -356,7 +357,9 @@ class DockerTarget:
             except engine.errors.APIError as exc:
                 self.log(f"[{replica.spec.name}] keeps the name {replica.name}: {exc.explanation or exc}")
                 continue
-            replica.name = record.container = replica.alias
+            replica.name = replica.alias
+            if record.container is not None:
+                record.container.name = replica.alias
             renamed = True
         return renamed
 
@@ -402,7 +405,10 @@ class DockerTarget:
             status = attrs.get("State", {})
             health = (status.get("Health") or {}).get("Status")
             process.restarts = int(attrs.get("RestartCount") or 0)
-            process.container = container.name
+            if process.container is None:
+                process.container = ContainerRecord(name=str(container.name))
+            else:
+                process.container.name = str(container.name)
             if status.get("Restarting"):
                 process.state = "restarting"
             elif status.get("Status") != "running":
@@ -502,7 +508,7 @@ class _DockerLaunch:
         result = generate(chain, self.source_file, deploy_dir / "generated", base_image=base_image)
         plan.images = build_images(self.engine, chain, result, base_image, self.target.log)
         state = self.target._start(self.engine, plan, result, options, previous, self.source_file, token)
-        state.base_image = base_image  # what --watch generates and pushes with
+        state.images = ImageRecord(base_image=base_image)  # what --watch generates and pushes with
         write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
         return state
 

@@ -35,6 +35,7 @@ from chains.targets.state import (
     ChainState,
     Deployment,
     DeploymentChainlet,
+    LocalRecord,
     Pushed,
     chain_dir,
     iter_logs,
@@ -77,7 +78,7 @@ class LocalTarget:
         return push_sequence(chain.name, launch, find_running=running_deployments)
 
     def alive(self, state: ChainState) -> bool:
-        if same_process(state.supervisor_pid, state.supervisor_identity):
+        if _supervisor_runs(state):
             return True
         # A killed supervisor leaves its control socket: whoever finds it gone removes it.
         _remove_stale_socket(chain_dir(state.chain) / "deployments" / state.deployment)
@@ -98,7 +99,8 @@ class LocalTarget:
         Every pid is checked to be the process the state recorded before it is signalled: a
         pid the system gave to another process since is left alone.
         """
-        _terminate(state.supervisor_pid, grace, state.supervisor_identity)
+        if state.local is not None:
+            _terminate(state.local.supervisor_pid, grace, state.local.supervisor_identity)
         for process in state.processes:
             if process.pid:
                 _terminate(process.pid, 1.0, process.identity)
@@ -222,7 +224,7 @@ def _live_state(folder: Path) -> ChainState | None:
         _remove_stale_socket(folder)
     with contextlib.suppress(OSError, ValueError):
         state = ChainState.model_validate_json((folder / "state.json").read_text())
-        if same_process(state.supervisor_pid, state.supervisor_identity):
+        if _supervisor_runs(state):
             return state
     try:
         recorded = json.loads((folder / PID_FILE).read_text())
@@ -240,8 +242,7 @@ def _live_state(folder: Path) -> ChainState | None:
             source=deployment.source,
             entrypoint=deployment.entrypoint,
             entrypoint_url="",
-            supervisor_pid=pid,
-            supervisor_identity=identity,
+            local=LocalRecord(supervisor_pid=pid, supervisor_identity=identity),
             processes=[],
         )
     return ChainState(
@@ -249,10 +250,14 @@ def _live_state(folder: Path) -> ChainState | None:
         deployment=folder.name,
         entrypoint="",
         entrypoint_url="",
-        supervisor_pid=pid,
-        supervisor_identity=identity,
+        local=LocalRecord(supervisor_pid=pid, supervisor_identity=identity),
         processes=[],
     )
+
+
+def _supervisor_runs(state: ChainState) -> bool:
+    record = state.local
+    return record is not None and same_process(record.supervisor_pid, record.supervisor_identity)
 
 
 def _remove_stale_socket(folder: Path) -> None:

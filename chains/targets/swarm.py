@@ -54,6 +54,7 @@ from chains.targets.options import SwarmOptions
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
+    ImageRecord,
     Pushed,
     chain_dir,
     current_state,
@@ -183,7 +184,7 @@ class SwarmTarget:
             self.log(f"every service runs healthy after {time.monotonic() - started:.1f}s")
             self._check_overlay(engine, manager.node_id, stack)
             state = self._state(engine, stack, chain, wiring, deploy_dir.name, source_file, entry_port)
-            state.base_image = base_image
+            state.images = ImageRecord(base_image=base_image)
             write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
         except BaseException:
             if not existing:

@@ -55,7 +55,7 @@ def test_push_status_call_logs_stop(cli: Cli) -> None:
     pids = [p["pid"] for p in state["processes"]]  # type: ignore[index,union-attr]
     stopped = cli.run("stop", "hello").stdout
     assert "stopped chain 'hello'" in stopped
-    assert not any(pid_alive(pid) for pid in [*pids, state["supervisor_pid"]])  # type: ignore[operator]
+    assert not any(pid_alive(pid) for pid in [*pids, state["local"]["supervisor_pid"]])  # type: ignore[operator]
     gone = cli.run("status", "hello", check=False)
     assert gone.returncode == 1 and "no chain named 'hello'" in gone.stderr
 
@@ -215,8 +215,8 @@ def test_unknown_and_stale_chains_get_clear_messages(cli: Cli) -> None:
     )
     cli.push(str(HELLO), "--name", "hello-stale")
     state = cli.state("hello-stale")
-    os.kill(state["supervisor_pid"], signal.SIGKILL)  # type: ignore[arg-type]
-    wait_until(lambda: not pid_alive(state["supervisor_pid"]), 10, "the supervisor gone")  # type: ignore[arg-type]
+    os.kill(state["local"]["supervisor_pid"], signal.SIGKILL)  # type: ignore[arg-type]
+    wait_until(lambda: not pid_alive(state["local"]["supervisor_pid"]), 10, "the supervisor gone")  # type: ignore[arg-type]
     assert "stale" in cli.run("status", "hello-stale").stderr
     assert "stale" in cli.run("call", "hello-stale", check=False).stderr
     cli.run("stop", "hello-stale")

@@ -192,7 +192,7 @@ def test_repush_after_a_supervisor_death_keeps_the_entrypoints_port(chains_home:
     with pushed("UnaryEntry", "orphaned") as chain:
         before = read_state("orphaned")
         # The supervisor dies, and its chainlets with it.
-        os.kill(before.supervisor_pid, signal.SIGKILL)
+        os.kill(before.local.supervisor_pid, signal.SIGKILL)
         for process in before.processes:
             if process.pid:
                 os.kill(process.pid, signal.SIGKILL)
