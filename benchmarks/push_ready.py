@@ -95,7 +95,7 @@ def one_push(home: Path, workdir: Path, timeout_s: float) -> dict[str, Any]:
         p["chainlet"] if p["replica"] == 0 else f"{p['chainlet']}-{p['replica']}": memory_kib(p["pid"])
         for p in state["processes"]
     }
-    supervisor = memory_kib(state["supervisor_pid"]) if state.get("supervisor_pid") else {}
+    supervisor = memory_kib(state["local"]["supervisor_pid"]) if state.get("local") else {}
     stop_s, _ = run_cli(["stop", CHAIN_NAME], env, workdir, timeout_s)
     return {"push_s": push_s, "stop_s": stop_s, "memory_kib": processes, "supervisor_kib": supervisor}
 

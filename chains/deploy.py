@@ -22,8 +22,16 @@ from chains.model import Chain
 from chains.origins import check_origin
 from chains.server.settings import check_api_key
 from chains.stubs import StubBase, StubOptions
-from chains.targets import PushOptions, for_target, is_alive, options_for, running_target
-from chains.targets.state import STOP_MARGIN_SEC, ChainState, chain_dir, chain_lock, forget, read_state
+from chains.targets import (
+    PushOptions,
+    for_target,
+    is_alive,
+    options_for,
+    running_target,
+    target,
+    target_names,
+)
+from chains.targets.state import ChainState, Pushed, chain_dir, chain_lock, forget, read_state, stop_grace
 
 if TYPE_CHECKING:
     from chains.streaming import StreamTypes
@@ -209,7 +217,7 @@ def push_chain(
     runner = running_target(target)
     options = dataclasses.replace(options, secrets=collect_secrets(chain, options.secrets))
     with _locked(chain.name):
-        state = runner.push(chain, source_file, options)
+        state = _replace(chain.name, target, runner.push(chain, source_file, options))
     return ChainHandle(
         name=chain.name,
         target=target,
@@ -219,6 +227,30 @@ def push_chain(
         state=state,
         api_key=options.api_key,
     )
+
+
+def _replace(name: str, target_name: str, pushed: Pushed) -> ChainState:
+    """Stop what the new deployment replaced, the same way on every target: each replaced
+    deployment may drain for its own grace (:func:`stop_grace`), and one that cannot be
+    stopped (its engine does not answer) is named, not a failure: the new one is current.
+    A target that updates in place leaves its own previous deployment as it was: it is the
+    new one."""
+    in_place = target(target_name).capabilities.updates_in_place
+    for old in pushed.replaced:
+        if in_place and old.target == target_name:
+            continue
+        try:
+            running_target(old.target).stop(old, stop_grace(old))
+        except ChainsRuntimeError as exc:
+            warnings.warn(
+                f"chain {name!r} now runs its new deployment, but the one it replaced "
+                f"({old.deployment} on target {old.target}) could not be stopped: {exc}",
+                stacklevel=3,
+            )
+    if pushed.forget_others:
+        forget(name, keep=pushed.state.deployment)
+    pushed.settle()
+    return pushed.state
 
 
 def stop_chain(name: str, grace: float | None = None) -> list[ChainState]:
@@ -245,7 +277,7 @@ def stop_chain(name: str, grace: float | None = None) -> list[ChainState]:
         stopped = [*([state] if state is not None else []), *strays]
         for one in stopped:
             # By default as long as the deployment's own drain takes, so no call is cut.
-            wait = grace if grace is not None else one.grace_sec + STOP_MARGIN_SEC
+            wait = grace if grace is not None else stop_grace(one)
             running_target(one.target).stop(one, wait)
         forget(name)
     return stopped
@@ -254,9 +286,10 @@ def stop_chain(name: str, grace: float | None = None) -> list[ChainState]:
 def restart_chain(state: ChainState, chainlet: str | None, timeout: float = 60.0) -> list[str]:
     """Restart ``chainlet`` (every chainlet when None) of a running local chain without a
     re-push; the chainlets restarted, once ready."""
-    if state.target != "local":
+    if not target(state.target).capabilities.restart:
+        able = ", ".join(n for n in target_names() if target(n).capabilities.restart)
         raise ChainsUsageError(
-            f"chain {state.chain!r} runs on target {state.target!r}; `chains restart` is for the local "
+            f"chain {state.chain!r} runs on target {state.target!r}; `chains restart` is for the {able} "
             "target: push the chain again to restart it"
         )
     if not is_alive(state):

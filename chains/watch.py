@@ -29,6 +29,7 @@ import click
 from chains.deploy import find_state, stop_chain
 from chains.model import Chain
 from chains.package_dirs import package_dirs
+from chains.targets import target
 from chains.targets.local import control
 from chains.targets.state import chain_dir
 
@@ -132,8 +133,9 @@ def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: in
     command = [sys.executable, "-m", "chains", "generate", str(file), "--out", str(out)]
     if entrypoint:
         command += ["--entrypoint", entrypoint]
-    if state.base_image:  # generated as the deployment was, so unchanged chainlets compare equal
-        command += ["--base-image", state.base_image]
+    base_image = state.images.base_image if state.images is not None else None
+    if base_image:  # generated as the deployment was, so unchanged chainlets compare equal
+        command += ["--base-image", base_image]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         return f"the change does not pass the checks; the running version stays:\n{result.stderr.rstrip()}"
@@ -144,8 +146,8 @@ def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: in
     push = [sys.executable, "-m", "chains", "push", str(file), "--name", chain_name, "--target", state.target]
     if entrypoint:
         push += ["--entrypoint", entrypoint]
-    if state.base_image:
-        push += ["--base-image", state.base_image]
+    if base_image:
+        push += ["--base-image", base_image]
     if set(new) != set(old) or _topology(new) != _topology(old):
         pushed = subprocess.run(push, capture_output=True, text=True)
         if pushed.returncode != 0:
@@ -154,7 +156,7 @@ def redeploy(file: Path, chain_name: str, entrypoint: str | None, generation: in
     changed = [name for name in new if new[name].get("code_version") != old[name].get("code_version")]
     if not changed:
         return "no chainlet's code changed"
-    if state.target != "local":
+    if not target(state.target).capabilities.patch:
         # Containers are replaced, not patched: push again, which builds only the images of the
         # chainlets that changed and starts the new containers before removing the old ones.
         pushed = subprocess.run(push, capture_output=True, text=True)

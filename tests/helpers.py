@@ -5,10 +5,12 @@ Every wait here is bounded; every process is stopped by the fixture that started
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import os
 import random
+import select
 import signal
 import socket
 import subprocess
@@ -16,7 +18,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,32 @@ def wait_until(condition: object, timeout: float, what: str, poll: float = 0.05)
             return
         time.sleep(poll)
     raise AssertionError(f"not within {timeout}s: {what}")
+
+
+async def await_until(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> None:
+    """:func:`wait_until` for a coroutine: other tasks run while it polls."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        await asyncio.sleep(poll)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def tcpdump_listening(sniffer: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """Wait until ``tcpdump`` (started with ``stderr=subprocess.PIPE``) says it listens: it
+    captures from then on. Fails with what it said when it exits or stays silent."""
+    assert sniffer.stderr is not None
+    deadline = time.monotonic() + timeout
+    said = b""
+    while time.monotonic() < deadline and b"listening on" not in said:
+        ready, _, _ = select.select([sniffer.stderr], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(sniffer.stderr.fileno(), 4096) if ready else b""
+        if ready and not chunk:  # it exited
+            break
+        said += chunk
+    if b"listening on" not in said:
+        raise AssertionError(f"tcpdump is not listening after {timeout}s: {said.decode(errors='replace')}")
 
 
 _handed_out: set[int] = set()

@@ -41,7 +41,7 @@ def check(file: str, entrypoint: str | None) -> None:
       chains check chain.py
       chains check chain.py --entrypoint Entry
     """
-    from chains.target_support import ignored_settings
+    from chains.targets import ignored_settings
 
     chain = guarded(lambda: load_chain(file, entrypoint))
     click.echo(summary(chain, file))

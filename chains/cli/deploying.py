@@ -15,7 +15,7 @@ from chains.cli.group import fail, guarded, main
 from chains.errors import ChainsError
 from chains.loader import load_chain
 from chains.model import Chain
-from chains.targets import TARGETS, is_alive
+from chains.targets import is_alive, target_names
 
 
 def _pairs(option: str, metavar: str, pairs: tuple[str, ...]) -> dict[str, str]:
@@ -34,7 +34,7 @@ def _pairs(option: str, metavar: str, pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--name", metavar="NAME", help="The chain's name (default: from mark_entrypoint or the class).")
 @click.option(
     "--target",
-    type=click.Choice(list(TARGETS)),
+    type=click.Choice(target_names()),
     default="local",
     show_default=True,
     help="Where it runs: local processes, docker containers, or files for another system.",
@@ -115,22 +115,28 @@ def push(
     """
     from chains.deploy import collect_secrets, push_chain
     from chains.origins import check_origin
-    from chains.target_support import ignored_settings
-    from chains.targets import PushOptions, export_target, kind_of, options_for
+    from chains.targets import (
+        PushOptions,
+        TargetKind,
+        export_target,
+        ignored_settings,
+        kind_of,
+        options_for,
+        refuse_foreign_options,
+    )
     from chains.targets.state import chain_dir
 
     chain = guarded(lambda: load_chain(file, entrypoint, name))
     kind = guarded(lambda: kind_of(target))
-    for note in ignored_settings(chain, target):
+    for note in guarded(lambda: ignored_settings(chain, target)):
         click.echo(f"note: {note}", err=True)
     api_key = _api_key(api_key, api_key_file, watch)
     given = _secrets(secret_pairs, watch)
-    secrets = guarded(lambda: collect_secrets(chain, given, secrets_file)) if kind == "running" else given
+    secrets = (
+        guarded(lambda: collect_secrets(chain, given, secrets_file)) if kind is TargetKind.RUNNING else given
+    )
     model_urls = _pairs("--model-url", "NAME=URL", model_url_pairs)
-    if address and target != "ray":
-        fail("error: --address names a Ray cluster: it is for --target ray")
-    if model_urls and target != "truss":
-        fail("error: --model-url is for the truss target: other targets wire the chainlets' URLs themselves")
+    guarded(lambda: refuse_foreign_options(target, address=address, model_urls=model_urls))
 
     # Built where used: a dry run of a running target takes none (--port on ray included).
     def make_options() -> PushOptions:
@@ -151,7 +157,7 @@ def push(
             )
         )
 
-    if kind == "export":
+    if kind is TargetKind.EXPORT:
         if not (dry_run or apply) or out_dir is None:
             fail(f"error: target {target!r} writes files for another system: add --dry-run --out DIR")
         options = make_options()

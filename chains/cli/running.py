@@ -14,7 +14,7 @@ import click
 from chains import terminal
 from chains.cli.group import DEFAULT_CALL_TIMEOUT_SEC, fail, guarded, main
 from chains.errors import ChainsError, ChainsUsageError
-from chains.targets import is_alive, wording
+from chains.targets import is_alive, replica_shown, wording
 
 if TYPE_CHECKING:
     from chains.targets.state import ChainState
@@ -45,7 +45,7 @@ def status(name: str | None, as_json: bool) -> None:
       chains status my-chain --json
     """
     from chains.deploy import find_state
-    from chains.targets.state import list_chains, same_process
+    from chains.targets.state import list_chains
 
     if name is None:
         names = list_chains()
@@ -96,9 +96,7 @@ def status(name: str | None, as_json: bool) -> None:
         )
     rows: list[tuple[str, ...]] = [("CHAINLET", "URL", "PID", "STATE", "RESTARTS", "UPTIME")]
     for p in state.processes:
-        # Other targets report their processes' health in the state itself.
-        running = same_process(p.pid, p.identity) if state.target == "local" else p.state == "ready"
-        shown = p.state if running or p.state in ("failed", "stopped", "restarting") else "gone"
+        running, shown = replica_shown(state, p)
         rows.append(
             (
                 p.chainlet + (f"[{p.replica}]" if len(state.replicas(p.chainlet)) > 1 else ""),

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chains.model import Chain
+from chains.targets import SettingGroup, Target, TargetKind
 from chains.targets.files import export_code, header, regenerate_command, write_export
 from chains.targets.k8s_manifests import cpu_quantity
 from chains.targets.options import ComposeOptions
@@ -439,3 +440,12 @@ def swarm_document(
         "networks": {SWARM_NETWORK: network},
         "secrets": dict(sorted(declared.items())),
     }
+
+
+TARGET = Target(
+    name="compose",
+    kind=TargetKind.EXPORT,
+    options=ComposeOptions,
+    acts_on=frozenset({SettingGroup.BUILD_COMMANDS, SettingGroup.DATA_DIR, SettingGroup.PACKAGE_DIRS}),
+    build=ComposeTarget,
+)

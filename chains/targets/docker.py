@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -37,7 +38,7 @@ from chains.config import Compute
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.model import Chain, ChainletSpec
 from chains.progress import Board, Stage
-from chains.targets import is_alive, running_target
+from chains.targets import SettingGroup, Target, TargetKind, is_alive, running_target
 from chains.targets.docker_engine import LABEL, Engine, connect, describe_state, started_at
 from chains.targets.environment import chainlet_environment
 from chains.targets.image_builds import build_images, prune_images
@@ -48,6 +49,10 @@ from chains.targets.push_sequence import push_sequence
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
+    ContainerRecord,
+    ImageRecord,
+    Pushed,
+    stop_grace,
     write_private,
 )
 
@@ -59,7 +64,6 @@ if TYPE_CHECKING:
 __all__ = ["CONTAINER_PORT", "DockerTarget"]
 
 CONTAINER_PORT = 8000  # what every chainlet listens on inside its container
-HANDOFF_GRACE_SEC = 10.0  # how long the old entrypoint may drain before the new one takes its port
 _LOG_TAIL_LINES = 30
 _POLL_SEC = 0.1
 
@@ -108,10 +112,10 @@ class DockerTarget:
 
     # -- push ------------------------------------------------------------------------------------
 
-    def push(self, chain: Chain, source_file: Path, options: DockerOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: DockerOptions) -> Pushed:
         """Build what is not built, start the chain's containers and wait until every one is
         healthy; replaces a running deployment of the chain."""
-        return push_sequence(chain.name, _DockerLaunch(self, chain, source_file, options), lenient_stop=True)
+        return push_sequence(chain.name, _DockerLaunch(self, chain, source_file, options))
 
     def _start(
         self,
@@ -304,9 +308,11 @@ class DockerTarget:
 
     def _pause_entrypoints(self, engine: Engine, previous: ChainState) -> list[Container]:
         """Stop the previous deployment's entrypoint containers, freeing the published port."""
+        # The old entrypoint drains as any replaced deployment does (stop_grace) before the
+        # new one takes its port.
         if previous.target != "docker":
             # A local supervisor cannot hand its port over on its own: stop that deployment.
-            running_target(previous.target).stop(previous, grace=HANDOFF_GRACE_SEC)
+            running_target(previous.target).stop(previous, grace=stop_grace(previous))
             return []
         entry = previous.entrypoint
         old = [
@@ -316,7 +322,7 @@ class DockerTarget:
         ]
         for container in old:
             with contextlib.suppress(engine.errors.DockerException):
-                container.stop(timeout=int(HANDOFF_GRACE_SEC))
+                container.stop(timeout=math.ceil(stop_grace(previous)))
         return old
 
     def _record(self, replica: _Replica, result: GeneratedChain, image: str) -> ChainletProcess:
@@ -337,8 +343,7 @@ class DockerTarget:
             started_at=started_at(replica.container.attrs) or time.time(),
             directory=str(generated.directory),
             code_version=generated.code_version,
-            container=replica.name,
-            image=image,
+            container=ContainerRecord(name=replica.name, image=image),
         )
 
     def _take_final_names(self, engine: Engine, plan: _Plan, state: ChainState) -> bool:
@@ -352,7 +357,9 @@ class DockerTarget:
             except engine.errors.APIError as exc:
                 self.log(f"[{replica.spec.name}] keeps the name {replica.name}: {exc.explanation or exc}")
                 continue
-            replica.name = record.container = replica.alias
+            replica.name = replica.alias
+            if record.container is not None:
+                record.container.name = replica.alias
             renamed = True
         return renamed
 
@@ -398,7 +405,10 @@ class DockerTarget:
             status = attrs.get("State", {})
             health = (status.get("Health") or {}).get("Status")
             process.restarts = int(attrs.get("RestartCount") or 0)
-            process.container = container.name
+            if process.container is None:
+                process.container = ContainerRecord(name=str(container.name))
+            else:
+                process.container.name = str(container.name)
             if status.get("Restarting"):
                 process.state = "restarting"
             elif status.get("Status") != "running":
@@ -498,7 +508,7 @@ class _DockerLaunch:
         result = generate(chain, self.source_file, deploy_dir / "generated", base_image=base_image)
         plan.images = build_images(self.engine, chain, result, base_image, self.target.log)
         state = self.target._start(self.engine, plan, result, options, previous, self.source_file, token)
-        state.base_image = base_image  # what --watch generates and pushes with
+        state.images = ImageRecord(base_image=base_image)  # what --watch generates and pushes with
         write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
         return state
 
@@ -564,3 +574,12 @@ def _published_port(container: Container) -> int:
         if binding.get("HostIp") in ("127.0.0.1", "") and binding.get("HostPort"):
             return int(binding["HostPort"])
     raise ChainsRuntimeError(f"the engine did not publish {container.name}'s port on 127.0.0.1")
+
+
+TARGET = Target(
+    name="docker",
+    kind=TargetKind.RUNNING,
+    options=DockerOptions,
+    acts_on=frozenset({SettingGroup.BUILD_COMMANDS, SettingGroup.DATA_DIR, SettingGroup.PACKAGE_DIRS}),
+    build=DockerTarget,
+)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from chains.errors import ChainsRuntimeError
 from chains.model import Chain
+from chains.targets import SettingGroup, Target, TargetKind
 from chains.targets.files import export_code, header, regenerate_command, write_export
 from chains.targets.k8s_manifests import (
     API_KEY_KEY,
@@ -228,3 +229,12 @@ def _run(argv: list[str], timeout: float) -> None:
             f"`{shlex.join(argv)}` failed (exit {result.returncode}): "
             f"{result.stderr.strip() or result.stdout.strip()}"
         )
+
+
+TARGET = Target(
+    name="kubernetes",
+    kind=TargetKind.EXPORT,
+    options=KubernetesOptions,
+    acts_on=frozenset({SettingGroup.BUILD_COMMANDS, SettingGroup.DATA_DIR, SettingGroup.PACKAGE_DIRS}),
+    build=KubernetesTarget,
+)

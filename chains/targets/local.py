@@ -22,7 +22,7 @@ from chains.errors import ChainsRuntimeError
 from chains.model import Chain
 from chains.progress import Board, Stage
 from chains.source_map import SOURCE_DIR_ENV, condense, drop_cancellations, find_cause, to_user_files
-from chains.targets import is_alive
+from chains.targets import Capabilities, SettingGroup, Target, TargetKind, is_alive
 from chains.targets.environment import chainlet_environment
 from chains.targets.exits import kill_group
 from chains.targets.job_env import job_environment
@@ -35,6 +35,8 @@ from chains.targets.state import (
     ChainState,
     Deployment,
     DeploymentChainlet,
+    LocalRecord,
+    Pushed,
     chain_dir,
     iter_logs,
     process_identity,
@@ -64,7 +66,7 @@ class LocalTarget:
     def __init__(self, python: str | None = None) -> None:
         self.python = python or sys.executable
 
-    def push(self, chain: Chain, source_file: Path, options: LocalOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: LocalOptions) -> Pushed:
         """Start ``chain`` and wait until every chainlet is ready; replaces a running one.
 
         The new deployment becomes current only once it is ready, then the previous one
@@ -76,7 +78,7 @@ class LocalTarget:
         return push_sequence(chain.name, launch, find_running=running_deployments)
 
     def alive(self, state: ChainState) -> bool:
-        if same_process(state.supervisor_pid, state.supervisor_identity):
+        if _supervisor_runs(state):
             return True
         # A killed supervisor leaves its control socket: whoever finds it gone removes it.
         _remove_stale_socket(chain_dir(state.chain) / "deployments" / state.deployment)
@@ -97,7 +99,8 @@ class LocalTarget:
         Every pid is checked to be the process the state recorded before it is signalled: a
         pid the system gave to another process since is left alone.
         """
-        _terminate(state.supervisor_pid, grace, state.supervisor_identity)
+        if state.local is not None:
+            _terminate(state.local.supervisor_pid, grace, state.local.supervisor_identity)
         for process in state.processes:
             if process.pid:
                 _terminate(process.pid, 1.0, process.identity)
@@ -221,7 +224,7 @@ def _live_state(folder: Path) -> ChainState | None:
         _remove_stale_socket(folder)
     with contextlib.suppress(OSError, ValueError):
         state = ChainState.model_validate_json((folder / "state.json").read_text())
-        if same_process(state.supervisor_pid, state.supervisor_identity):
+        if _supervisor_runs(state):
             return state
     try:
         recorded = json.loads((folder / PID_FILE).read_text())
@@ -239,8 +242,7 @@ def _live_state(folder: Path) -> ChainState | None:
             source=deployment.source,
             entrypoint=deployment.entrypoint,
             entrypoint_url="",
-            supervisor_pid=pid,
-            supervisor_identity=identity,
+            local=LocalRecord(supervisor_pid=pid, supervisor_identity=identity),
             processes=[],
         )
     return ChainState(
@@ -248,10 +250,14 @@ def _live_state(folder: Path) -> ChainState | None:
         deployment=folder.name,
         entrypoint="",
         entrypoint_url="",
-        supervisor_pid=pid,
-        supervisor_identity=identity,
+        local=LocalRecord(supervisor_pid=pid, supervisor_identity=identity),
         processes=[],
     )
+
+
+def _supervisor_runs(state: ChainState) -> bool:
+    record = state.local
+    return record is not None and same_process(record.supervisor_pid, record.supervisor_identity)
 
 
 def _remove_stale_socket(folder: Path) -> None:
@@ -485,3 +491,13 @@ def control(deploy_dir: Path, command: Mapping[str, object], timeout: float = 12
             data += chunk
     answer: dict[str, object] = json.loads(data or b"{}")
     return answer
+
+
+TARGET = Target(
+    name="local",
+    kind=TargetKind.RUNNING,
+    options=LocalOptions,
+    acts_on=frozenset({SettingGroup.DATA_DIR, SettingGroup.PACKAGE_DIRS}),
+    build=LocalTarget,
+    capabilities=Capabilities(restart=True, patch=True, process_liveness=True),
+)

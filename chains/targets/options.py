@@ -6,14 +6,16 @@ what only it acts on, so a target's signature says what it reads::
     options = options_for("docker", entry_port=8000, base_image="python:3.11-slim")
     assert options == DockerOptions(entry_port=8000, base_image="python:3.11-slim")
 
-The command line has one set of flags for every target: :func:`options_for` keeps of them
-what the target takes, and refuses the few that would mislead (``--port`` on ray).
+The command line has one set of flags for every target: ``chains.targets.options_for`` keeps
+of them what the target takes, and refuses the few that would mislead: ``--port`` on ray
+(:attr:`PushOptions.refused`), ``--address`` anywhere but on ray (:attr:`PushOptions.owned`).
+Which target takes which type is the target's own (``chains.targets.Target.options``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,7 +23,6 @@ from typing import Any, ClassVar
 from chains.errors import ChainsUsageError
 
 __all__ = [
-    "OPTIONS",
     "ComposeOptions",
     "DockerOptions",
     "ExportOptions",
@@ -31,8 +32,9 @@ __all__ = [
     "RayOptions",
     "SwarmOptions",
     "TrussOptions",
-    "for_target",
-    "options_for",
+    "build_options",
+    "refuse_foreign",
+    "widen",
 ]
 
 
@@ -47,6 +49,8 @@ class PushOptions:
 
     # Options given for every target that this one must refuse rather than ignore: name -> why.
     refused: ClassVar[Mapping[str, str]] = {}
+    # Options only this type takes, which every other target refuses: name -> why.
+    owned: ClassVar[Mapping[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class RayOptions(PushOptions):
 
     address: str | None = None
 
+    owned: ClassVar[Mapping[str, str]] = {"address": "--address names a Ray cluster: it is for --target ray"}
     refused: ClassVar[Mapping[str, str]] = {
         "entry_port": (
             "--port does not apply to the ray target: Serve's proxy serves the entrypoint, "
@@ -116,41 +121,44 @@ class TrussOptions(ExportOptions):
 
     model_urls: Mapping[str, str] = field(default_factory=dict)
 
-
-OPTIONS: dict[str, type[PushOptions]] = {
-    "local": LocalOptions,
-    "docker": DockerOptions,
-    "ray": RayOptions,
-    "swarm": SwarmOptions,
-    "kubernetes": KubernetesOptions,
-    "compose": ComposeOptions,
-    "truss": TrussOptions,
-}
+    owned: ClassVar[Mapping[str, str]] = {
+        "model_urls": "--model-url is for the truss target: other targets wire the chainlets' URLs themselves"
+    }
 
 
-def _options_type(target: str) -> type[PushOptions]:
-    cls = OPTIONS.get(target)
-    if cls is None:
-        raise ChainsUsageError(f"unknown target {target!r}; choose one of: {', '.join(OPTIONS)}")
-    return cls
+def _given(value: Any) -> bool:
+    return value not in (None, False, (), {})
 
 
-def options_for(target: str, **given: Any) -> PushOptions:
-    """Target ``target``'s options from ``given``, the options of every target: those it does
-    not take are left out (None, empty or false ones always), or refused where ignoring them
-    would mislead."""
-    cls = _options_type(target)
+def _every_type(root: type[PushOptions] = PushOptions) -> Iterator[type[PushOptions]]:
+    for sub in root.__subclasses__():
+        yield sub
+        yield from _every_type(sub)
+
+
+def refuse_foreign(cls: type[PushOptions], given: Mapping[str, Any]) -> None:
+    """Refuse an option of ``given`` that another options type owns and ``cls`` does not take
+    (``--address`` on any target but ray); a clear error saying whose it is."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    for other in _every_type():
+        for name, why in other.owned.items():
+            if name not in names and _given(given.get(name)):
+                raise ChainsUsageError(why)
+
+
+def build_options(cls: type[PushOptions], given: Mapping[str, Any]) -> PushOptions:
+    """``cls`` built from ``given``, the options of every target: those it does not take are
+    left out (None, empty or false ones always), or refused where ignoring them would mislead."""
     names = {f.name for f in dataclasses.fields(cls)}
     for name, value in given.items():
-        if name not in names and value not in (None, False, (), {}) and name in cls.refused:
+        if name not in names and _given(value) and name in cls.refused:
             raise ChainsUsageError(cls.refused[name])
     return cls(**{name: value for name, value in given.items() if name in names})
 
 
-def for_target(target: str, options: PushOptions) -> PushOptions:
-    """``options`` as target ``target`` takes them: its own type as given, or the common
-    :class:`PushOptions` widened to it; another target's type is an error naming both."""
-    cls = _options_type(target)
+def widen(cls: type[PushOptions], options: PushOptions, target: str) -> PushOptions:
+    """``options`` as type ``cls`` (target ``target``'s): as given when of that type, the
+    common :class:`PushOptions` widened to it; another target's type is an error naming both."""
     if isinstance(options, cls):
         return options
     if type(options) is PushOptions:

@@ -1,4 +1,4 @@
-"""The steps every push that replaces a running deployment takes, in their order.
+"""The steps of a push that starts a new deployment beside the one running, in their order.
 
 A push of the local or the docker target:
 
@@ -7,34 +7,24 @@ A push of the local or the docker target:
 2. makes a folder for the new deployment and a fresh internal token;
 3. starts the new deployment beside the old one (the target's own step: it keeps the
    entrypoint's port as it can) and waits until it is ready;
-4. makes it current, only then stops what it replaces: callers never find no chain;
-5. forgets the replaced deployments' folders and lets the target settle (rename, prune).
+4. makes it current: callers never find no chain.
 
 A failure before step 4 ends removes whatever the push created and leaves the old
-deployment serving. The targets that update a deployment in place (swarm, ray) keep their
-own sequence: they have no second deployment to start beside the first.
+deployment serving. What comes next is every target's alike and ``chains.deploy``'s: it
+stops what was replaced (the :class:`~chains.targets.state.Pushed` this returns names it),
+forgets the old folders, and lets the target settle (rename, prune). The targets that update
+a deployment in place (swarm, ray) start no second deployment and keep their own first steps.
 """
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from chains.errors import ChainsRuntimeError
-from chains.targets import running_target
-from chains.targets.state import (
-    STOP_MARGIN_SEC,
-    ChainState,
-    current_state,
-    forget,
-    make_current,
-    new_deployment_dir,
-    writing,
-)
+from chains.targets.state import ChainState, Pushed, current_state, make_current, new_deployment_dir, writing
 
 __all__ = ["Launch", "push_sequence"]
 
@@ -60,16 +50,14 @@ def push_sequence(
     launch: Launch,
     *,
     find_running: Callable[[str], list[ChainState]] | None = None,
-    lenient_stop: bool = False,
-) -> ChainState:
-    """Replace chain ``chain``'s running deployment (if any) by the one ``launch`` starts.
+) -> Pushed:
+    """Start the deployment ``launch`` starts beside chain ``chain``'s running one (if any)
+    and make it current; what it replaces is left running, for ``chains.deploy`` to stop.
 
     ``find_running`` lists the chain's deployments that still run, found without the state
-    file (which may be lost): they are replaced too. ``lenient_stop``: a replaced deployment
-    that cannot be stopped (its engine does not answer) does not fail the push that is
-    already current. For example::
+    file (which may be lost): they are replaced too. For example::
 
-        state = push_sequence(chain.name, _LocalLaunch(...), find_running=running_deployments)
+        pushed = push_sequence(chain.name, _LocalLaunch(...), find_running=running_deployments)
     """
     previous = current_state(chain)
     others = [
@@ -87,12 +75,11 @@ def push_sequence(
         launch.discard()
         shutil.rmtree(deploy_dir, ignore_errors=True)
         raise
-    for old in [*([previous] if previous is not None else []), *others]:
-        with contextlib.suppress(*((ChainsRuntimeError,) if lenient_stop else ())):
-            running_target(old.target).stop(old, grace=old.grace_sec + STOP_MARGIN_SEC)
-    if previous is not None or find_running is not None:
+    return Pushed(
+        state,
+        replaced=[*([previous] if previous is not None else []), *others],
         # Without find_running, a deployment the state lost track of may still run from its
         # folder: only a target that looked for those forgets every folder but the new one.
-        forget(chain, keep=deploy_dir.name)
-    launch.settle(state)
-    return state
+        forget_others=previous is not None or find_running is not None,
+        settle=lambda: launch.settle(state),
+    )

@@ -52,7 +52,7 @@ from chains import progress
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.model import Chain, ChainletSpec
 from chains.progress import Board, Stage
-from chains.targets import running_target
+from chains.targets import Capabilities, SettingGroup, Target, TargetKind
 from chains.targets.environment import chainlet_environment
 from chains.targets.options import RayOptions
 from chains.targets.ray_connect import INSTALL_HINT, connect
@@ -70,9 +70,9 @@ from chains.targets.state import (
     ChainState,
     Deployment,
     DeploymentChainlet,
+    Pushed,
     chain_dir,
     current_state,
-    forget,
     make_current,
     new_deployment_dir,
     write_private,
@@ -291,7 +291,7 @@ def _dashboard_url(context: Any) -> str:
 class RayTarget:
     """Deploys a chain to a Ray cluster as Serve applications, one per chainlet."""
 
-    def push(self, chain: Chain, source_file: Path, options: RayOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: RayOptions) -> Pushed:
         """Deploy every chainlet and wait until Serve runs all their replicas."""
         ray, serve = _ray()
         from ray.serve.api import RunTarget
@@ -380,10 +380,9 @@ class RayTarget:
         state = self._state(chain, deployment, record, result.chainlets, generated_dir)
         write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
         make_current(chain.name, deploy_dir)
-        if previous is not None and previous.target != "ray":
-            running_target(previous.target).stop(previous, grace=15.0)
-        forget(chain.name, keep=deploy_dir.name)
-        return state
+        # A previous deployment on ray is these applications, updated; one on another target is
+        # stopped by chains.deploy, as every replaced deployment is.
+        return Pushed(state, replaced=[previous] if previous is not None else [])
 
     def _state(
         self,
@@ -585,3 +584,13 @@ def _delete(serve: Any, apps: list[str], timeout: float) -> None:
             return
         time.sleep(_POLL_SEC)
     raise ChainsRuntimeError(f"Serve still runs {', '.join(apps)} after {timeout:.0f}s")
+
+
+TARGET = Target(
+    name="ray",
+    kind=TargetKind.RUNNING,
+    options=RayOptions,
+    acts_on=frozenset({SettingGroup.DATA_DIR, SettingGroup.PACKAGE_DIRS}),
+    build=RayTarget,
+    capabilities=Capabilities(updates_in_place=True),
+)

@@ -25,6 +25,7 @@ import shutil
 import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -44,8 +45,12 @@ __all__ = [
     "STOP_MARGIN_SEC",
     "ChainState",
     "ChainletProcess",
+    "ContainerRecord",
     "Deployment",
     "DeploymentChainlet",
+    "ImageRecord",
+    "LocalRecord",
+    "Pushed",
     "chain_dir",
     "chain_lock",
     "chains_home",
@@ -59,6 +64,7 @@ __all__ = [
     "process_identity",
     "read_state",
     "same_process",
+    "stop_grace",
     "write_private",
     "writing",
 ]
@@ -157,6 +163,27 @@ class Deployment(pydantic.BaseModel):
     python: str
 
 
+class ContainerRecord(pydantic.BaseModel):
+    """The docker target's part of one replica's state: its container and what it runs."""
+
+    name: str
+    image: str | None = None
+
+
+class LocalRecord(pydantic.BaseModel):
+    """The local target's part of a chain's state: the supervisor that runs the deployment."""
+
+    supervisor_pid: int = 0
+    supervisor_identity: str | None = None  # see process_identity()
+
+
+class ImageRecord(pydantic.BaseModel):
+    """The part of a target that builds an image per chainlet (docker, swarm): the default
+    base image they were built on, which ``--watch`` generates and pushes again with."""
+
+    base_image: str
+
+
 class ChainletProcess(pydantic.BaseModel):
     """One running replica of a chainlet."""
 
@@ -176,9 +203,17 @@ class ChainletProcess(pydantic.BaseModel):
     log: str = ""
     directory: str = ""
     code_version: str = ""
-    container: str | None = None  # docker target: the container's name
-    image: str | None = None  # docker target: the image it runs
-    node: str | None = None  # targets of many machines (ray): the address of the node it runs on
+    container: ContainerRecord | None = None  # the docker target's part
+    node: str | None = None  # targets of many machines (ray, swarm): the node it runs on
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _from_flat_fields(cls, data: object) -> object:
+        # Written before the container had a record of its own: its name and image side by side.
+        if isinstance(data, dict) and isinstance(data.get("container"), str):
+            data = {**data, "container": {"name": data["container"], "image": data.get("image")}}
+            data.pop("image", None)
+        return data
 
 
 class ChainState(pydantic.BaseModel):
@@ -195,13 +230,28 @@ class ChainState(pydantic.BaseModel):
     # when one did (the ray target's proxy over HTTPS): what clients of the entrypoint verify
     # it with. None: the system's authorities (or plain HTTP).
     entrypoint_ca: str | None = None
-    supervisor_pid: int = 0  # local target
-    supervisor_identity: str | None = None  # local target: see process_identity()
-    base_image: str | None = None  # docker target: the default base image, for --watch's re-pushes
+    # Each target's own part, set by the targets it belongs to (None on the others).
+    local: LocalRecord | None = None
+    images: ImageRecord | None = None
     processes: list[ChainletProcess]
     updated_at: float = pydantic.Field(default_factory=time.time)
     grace_sec: float = 32.0  # the supervisor's grace (Deployment.grace_sec): what a stop waits for
     stopping: bool = False
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _from_flat_fields(cls, data: object) -> object:
+        # A state written before each target had its record: its fields side by side.
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        pid, identity = data.pop("supervisor_pid", None), data.pop("supervisor_identity", None)
+        if pid and "local" not in data:
+            data["local"] = {"supervisor_pid": pid, "supervisor_identity": identity}
+        base_image = data.pop("base_image", None)
+        if base_image and "images" not in data:
+            data["images"] = {"base_image": base_image}
+        return data
 
     def entrypoint_context(self) -> ssl.SSLContext | None:
         """What a client verifies the entrypoint's certificate with: the authority recorded in
@@ -221,6 +271,36 @@ class ChainState(pydantic.BaseModel):
         for p in self.processes:
             seen.setdefault(p.chainlet, None)
         return list(seen)
+
+
+def stop_grace(state: ChainState) -> float:
+    """How long a stop of the deployment ``state`` records waits before it kills what is left:
+    its own drain (``grace_sec``) and a margin. The one rule for every deployment a push
+    replaces and for ``chains stop``."""
+    return state.grace_sec + STOP_MARGIN_SEC
+
+
+def _nothing() -> None:
+    pass
+
+
+@dataclass
+class Pushed:
+    """What a running target's push leaves: the new deployment, ready and current, and what
+    ran before it, still running. ``chains.deploy`` stops those (one rule for every target,
+    :func:`stop_grace`), forgets their folders when ``forget_others``, then calls ``settle``::
+
+        pushed = running_target("local").push(chain, source, options)
+        for old in pushed.replaced:
+            running_target(old.target).stop(old, stop_grace(old))
+    """
+
+    state: ChainState
+    replaced: list[ChainState] = field(default_factory=list)
+    # Whether every deployment folder but the new one may go. Not when the target did not
+    # look for deployments the state lost track of: one may still run from its folder.
+    forget_others: bool = True
+    settle: Callable[[], None] = _nothing  # tidying once the replaced ones are stopped
 
 
 def write_private(path: Path, text: str) -> None:

@@ -48,6 +48,7 @@ from chains.targets.state import (
     ChainState,
     Deployment,
     DeploymentChainlet,
+    LocalRecord,
     process_identity,
     write_private,
 )
@@ -663,8 +664,7 @@ class Supervisor:
             entrypoint=self.deployment.entrypoint,
             entrypoint_kind=self.deployment.entrypoint_kind,
             entrypoint_url=entry.record.url,
-            supervisor_pid=os.getpid(),
-            supervisor_identity=self.identity,
+            local=LocalRecord(supervisor_pid=os.getpid(), supervisor_identity=self.identity),
             processes=[r.record for r in self.replicas],
             grace_sec=self.deployment.grace_sec,
             stopping=self.stopping,

@@ -45,7 +45,7 @@ from chains import progress
 from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.model import Chain
 from chains.progress import Board, Stage
-from chains.targets import Wording, running_target
+from chains.targets import Capabilities, SettingGroup, Target, TargetKind, Wording
 from chains.targets.compose import DEFAULT_ENTRY_PORT, SWARM_NETWORK, project_name, swarm_document
 from chains.targets.docker_engine import LABEL, Engine, connect, engine_time
 from chains.targets.image_builds import build_images
@@ -54,9 +54,10 @@ from chains.targets.options import SwarmOptions
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
+    ImageRecord,
+    Pushed,
     chain_dir,
     current_state,
-    forget,
     make_current,
     new_deployment_dir,
     write_private,
@@ -130,19 +131,12 @@ class SwarmTarget:
             print(chain.call(text="hi"))
     """
 
-    wording = Wording(
-        units="service(s)",
-        per_chainlet=True,
-        gone="its stack or the swarm manager is gone",
-        gone_detail="the swarm manager does not answer at DOCKER_HOST, or the chain's services are gone",
-    )
-
     def __init__(self, log: Callable[[str], None] | None = None) -> None:
         self.log = log or _stderr
 
     # -- push ------------------------------------------------------------------------------------
 
-    def push(self, chain: Chain, source_file: Path, options: SwarmOptions) -> ChainState:
+    def push(self, chain: Chain, source_file: Path, options: SwarmOptions) -> Pushed:
         from codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
 
         engine = connect()
@@ -190,7 +184,7 @@ class SwarmTarget:
             self.log(f"every service runs healthy after {time.monotonic() - started:.1f}s")
             self._check_overlay(engine, manager.node_id, stack)
             state = self._state(engine, stack, chain, wiring, deploy_dir.name, source_file, entry_port)
-            state.base_image = base_image
+            state.images = ImageRecord(base_image=base_image)
             write_private(deploy_dir / "state.json", state.model_dump_json(indent=2))
         except BaseException:
             if not existing:
@@ -201,13 +195,14 @@ class SwarmTarget:
             shutil.rmtree(deploy_dir, ignore_errors=True)
             raise
         make_current(chain.name, deploy_dir)
-        if previous is not None:
-            if previous.target != "swarm":
-                with contextlib.suppress(ChainsRuntimeError):
-                    running_target(previous.target).stop(previous, grace=15.0)
-            forget(chain.name, keep=deploy_dir.name)
-        remove_unused_secrets(engine, chain.name)
-        return state
+        # A previous deployment on the swarm is this stack, updated; one on another target is
+        # stopped by chains.deploy, as every replaced deployment is.
+        return Pushed(
+            state,
+            replaced=[previous] if previous is not None else [],
+            forget_others=previous is not None,
+            settle=lambda: remove_unused_secrets(engine, chain.name),
+        )
 
     def _check_overlay(self, engine: Engine, manager_node: str, stack: _Stack) -> None:
         """A call across nodes on the stack's network: a healthy service proves only that each
@@ -534,3 +529,19 @@ def _log_lines(service: Any, follow: bool, lines: int) -> Iterator[str]:
             yield line.decode(errors="replace").rstrip("\r")
     if pending:
         yield pending.decode(errors="replace")
+
+
+TARGET = Target(
+    name="swarm",
+    kind=TargetKind.RUNNING,
+    options=SwarmOptions,
+    acts_on=frozenset({SettingGroup.BUILD_COMMANDS, SettingGroup.DATA_DIR, SettingGroup.PACKAGE_DIRS}),
+    build=SwarmTarget,
+    capabilities=Capabilities(updates_in_place=True),
+    wording=Wording(
+        units="service(s)",
+        per_chainlet=True,
+        gone="its stack or the swarm manager is gone",
+        gone_detail="the swarm manager does not answer at DOCKER_HOST, or the chain's services are gone",
+    ),
+)

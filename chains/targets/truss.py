@@ -33,6 +33,7 @@ from chains.errors import ChainsUsageError
 from chains.model import Chain, ChainletSpec
 from chains.routes import refuse_routes
 from chains.server.openapi import example_arguments
+from chains.targets import SettingGroup, Target, TargetKind
 from chains.targets.files import export_code, header, is_ours, regenerate_command
 from chains.targets.k8s_manifests import cpu_quantity, memory_quantity
 from chains.targets.options import TrussOptions
@@ -325,3 +326,12 @@ class TrussTarget:
             shutil.copytree(sdk, directory / "packages" / "chains", ignore=_SKIP)
             written.append(directory)
         return written
+
+
+TARGET = Target(
+    name="truss",
+    kind=TargetKind.EXPORT,
+    options=TrussOptions,
+    acts_on=frozenset({SettingGroup.BASETEN, SettingGroup.BUILD_COMMANDS, SettingGroup.PACKAGE_DIRS}),
+    build=TrussTarget,
+)

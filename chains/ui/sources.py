@@ -12,8 +12,8 @@ from typing import Any
 from chains.deploy import find_state
 from chains.errors import ChainsUsageError
 from chains.graph import ChainGraph, Edge, Node
-from chains.targets import is_alive, wording
-from chains.targets.state import ChainState, Deployment, DeploymentChainlet, chain_dir, same_process
+from chains.targets import is_alive, replica_shown, wording
+from chains.targets.state import ChainState, Deployment, DeploymentChainlet, chain_dir
 
 __all__ = ["ChainView", "DeploymentInfo", "graph_of", "read_deployment"]
 
@@ -138,8 +138,7 @@ class ChainView:
         alive = is_alive(state)  # first: a target may refresh the processes as it looks
         processes = []
         for p in state.processes:
-            running = same_process(p.pid, p.identity) if state.target == "local" else p.state == "ready"
-            shown = p.state if running or p.state in ("failed", "stopped", "restarting") else "gone"
+            _, shown = replica_shown(state, p)
             processes.append(
                 {
                     "chainlet": p.chainlet,

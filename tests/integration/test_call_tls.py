@@ -25,6 +25,7 @@ from chains.targets.state import (
     ChainState,
     Deployment,
     DeploymentChainlet,
+    LocalRecord,
     process_identity,
 )
 from tests.helpers import dashboard, generate_chain, origin_of, wait_until, write_chain
@@ -135,8 +136,7 @@ def _record(home: Path, chain: str, served: Served, entrypoint_ca: Path | None) 
         entrypoint_kind=served.kind,
         entrypoint_url=served.server.url,
         entrypoint_ca=str(entrypoint_ca) if entrypoint_ca is not None else None,
-        supervisor_pid=pid or 0,
-        supervisor_identity=process_identity(pid),
+        local=LocalRecord(supervisor_pid=pid or 0, supervisor_identity=process_identity(pid)),
         processes=[
             ChainletProcess(
                 chainlet=served.chainlet,

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from chains.targets.state import pid_alive
-from tests.helpers import Cli, write_chain
+from tests.helpers import Cli, wait_until, write_chain
 
 ROOT = Path(__file__).parents[2]
 HELLO = ROOT / "examples" / "hello" / "chain.py"
@@ -55,7 +55,7 @@ def test_push_status_call_logs_stop(cli: Cli) -> None:
     pids = [p["pid"] for p in state["processes"]]  # type: ignore[index,union-attr]
     stopped = cli.run("stop", "hello").stdout
     assert "stopped chain 'hello'" in stopped
-    assert not any(pid_alive(pid) for pid in [*pids, state["supervisor_pid"]])  # type: ignore[operator]
+    assert not any(pid_alive(pid) for pid in [*pids, state["local"]["supervisor_pid"]])  # type: ignore[operator]
     gone = cli.run("status", "hello", check=False)
     assert gone.returncode == 1 and "no chain named 'hello'" in gone.stderr
 
@@ -215,8 +215,8 @@ def test_unknown_and_stale_chains_get_clear_messages(cli: Cli) -> None:
     )
     cli.push(str(HELLO), "--name", "hello-stale")
     state = cli.state("hello-stale")
-    os.kill(state["supervisor_pid"], signal.SIGKILL)  # type: ignore[arg-type]
-    time.sleep(0.2)
+    os.kill(state["local"]["supervisor_pid"], signal.SIGKILL)  # type: ignore[arg-type]
+    wait_until(lambda: not pid_alive(state["local"]["supervisor_pid"]), 10, "the supervisor gone")  # type: ignore[arg-type]
     assert "stale" in cli.run("status", "hello-stale").stderr
     assert "stale" in cli.run("call", "hello-stale", check=False).stderr
     cli.run("stop", "hello-stale")
@@ -308,13 +308,13 @@ def test_watch_replaces_only_the_changed_chainlet_while_calls_succeed(cli: Cli, 
 
         caller = threading.Thread(target=keep_calling)
         caller.start()
-        time.sleep(0.3)
+        wait_until(lambda: bool(answers or failures), 10, "the caller's first answer")
         file.write_text(file.read_text().replace("Hello", "Howdy"))
         for line in lines:
             if line.startswith("[watch]"):
                 assert "replaced Greeter" in line, line
                 break
-        time.sleep(0.3)
+        wait_until(lambda: bool(failures) or answers[-1] == '"Howdy, Ada"', 10, "an answer of the new code")
         done.set()
         caller.join(10)
         assert failures == []

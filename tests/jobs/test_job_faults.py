@@ -72,7 +72,7 @@ def test_kill_9_of_the_supervisor_then_a_push_runs_every_accepted_job(
             for i in range(4)
         }
         wait_until(lambda: sum(starts(log, t) for t in jobs) >= 1, 20, "a job running")
-        os.kill(read_state("jobs").supervisor_pid, signal.SIGKILL)
+        os.kill(read_state("jobs").local.supervisor_pid, signal.SIGKILL)
         wait_until(lambda: _gone(entry_pid_or_none()), 10, "the chain gone with its supervisor")
         handle = push("jobs")
         api = Api(handle.entrypoint_url)

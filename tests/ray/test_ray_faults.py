@@ -13,6 +13,7 @@ import pytest
 from chains.loader import load_chain
 from chains.stubs import StubBase, StubOptions
 from chains.targets.ray import ReplicaInfo, replicas
+from tests.helpers import await_until
 from tests.ray.cluster import HEAD_IP, WORKER_IP, RayCluster
 from tests.ray.conftest import SAMPLES, Cli, record
 from tests.ray.test_ray_target import _record
@@ -21,8 +22,8 @@ pytestmark = pytest.mark.ray
 
 RELAY = SAMPLES / "relay.py"
 CALLERS = 16
-BEFORE_SEC = 3.0  # load before the node is stopped
-AFTER_SEC = 3.0  # load after the replicas are back
+ROUND_CALLS = 2 * 16  # calls before the node is stopped, and again once the replicas are back
+ROUND_LIMIT_SEC = 60.0
 RESTORE_LIMIT_SEC = 120.0
 CALL_TIMEOUT_SEC = 60.0
 
@@ -85,7 +86,7 @@ def test_stopping_a_node_under_16_callers_fails_no_call_and_serve_restores_the_r
     async def scenario() -> tuple[float, float, dict[str, set[str]]]:
         callers = [asyncio.create_task(caller()) for _ in range(CALLERS)]
         try:
-            await asyncio.sleep(BEFORE_SEC)
+            await await_until(lambda: len(durations) >= ROUND_CALLS, ROUND_LIMIT_SEC, "the load under way")
             stopped_at = time.monotonic()
             await asyncio.to_thread(ray_cluster.stop_node, "worker")
             stop_took = time.monotonic() - stopped_at
@@ -97,7 +98,10 @@ def test_stopping_a_node_under_16_callers_fails_no_call_and_serve_restores_the_r
                 await asyncio.sleep(0.5)
             restored = time.monotonic() - stopped_at
             after = _nodes_by_chainlet(await asyncio.to_thread(replicas, dashboard, apps))
-            await asyncio.sleep(AFTER_SEC)
+            floor = len(durations) + ROUND_CALLS
+            await await_until(
+                lambda: len(durations) >= floor, ROUND_LIMIT_SEC, "calls once the replicas are back"
+            )
             return restored, stop_took, after
         finally:
             done.set()

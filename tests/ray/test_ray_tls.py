@@ -33,6 +33,7 @@ import pytest
 
 from chains.targets.certificates import ChainAuthority
 from chains.targets.ray import replicas
+from tests.helpers import tcpdump_listening
 from tests.ray.cluster import HEAD_IP, WORKER_IP, RayCluster
 from tests.ray.conftest import SAMPLES, Cli, record
 from tests.ray.test_ray_target import _record, _token
@@ -116,10 +117,7 @@ def _capture(pcap: Path, proxy_port: int, during: Callable[[], None]) -> bytes:
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(1.0)  # tcpdump listening
-        if sniffer.poll() is not None:
-            said = sniffer.stderr.read().decode(errors="replace") if sniffer.stderr else ""
-            pytest.fail(f"tcpdump exited: {said}")
+        tcpdump_listening(sniffer)
         during()
         time.sleep(0.5)  # the last segments written
     finally:

@@ -120,7 +120,7 @@ def test_the_token_is_nowhere_but_in_owner_only_files(
         "error detail, two hops": failed.text,
         **pages,
     }
-    for pid in [state.supervisor_pid, *(p.pid for p in state.processes if p.pid)]:
+    for pid in [state.local.supervisor_pid, *(p.pid for p in state.processes if p.pid)]:
         shown[f"command line of {pid}"] = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     leaks = [where for where, text in shown.items() if token in text]
     assert leaks == [], leaks

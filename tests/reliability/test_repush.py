@@ -27,14 +27,16 @@ from chains.streaming import SSE
 from chains.targets import PushOptions, is_alive
 from chains.targets.local import control
 from chains.targets.state import chain_dir, read_state
-from tests.helpers import wait_until
+from tests.helpers import await_until, wait_until
 from tests.reliability.clients import TextStub, as_sse_text, expected_text
 from tests.reliability.conftest import SAMPLE, all_ready, pushed, record
 
 CLIENTS = 16
 N, SIZE, DELAY = 20, 24, 0.01  # a stream of about a quarter of a second
 ARGUMENTS = {"n": N, "size": SIZE, "delay": DELAY}
-QUIET_SEC = 1.5  # load before, between and after the changes
+# Load before, between and after the changes: this many calls of every client kind, each time.
+ROUND_CALLS = 20
+ROUND_LIMIT_SEC = 60.0
 LOAD_LIMIT_SEC = 120.0  # no client runs longer than this, whatever happens
 
 
@@ -117,9 +119,9 @@ async def stub_client(url: str, seen: Seen, stop: asyncio.Event) -> None:
 async def under_load(
     url: str, changes: list[tuple[str, Callable[[], None]]]
 ) -> tuple[Seen, dict[str, float]]:
-    """Run the clients; after QUIET_SEC make each change in turn (in a thread, as the command
-    line would), QUIET_SEC apart, then stop the clients. Returns what they saw and how long
-    each change took."""
+    """Run the clients; once each kind made ROUND_CALLS calls, make each change in turn (in a
+    thread, as the command line would), each followed by as many calls, then stop the clients.
+    Returns what they saw and how long each change took."""
     seen, stop = Seen(), asyncio.Event()
     kinds = ["raw", "sse", "stub"]
     clients = [
@@ -128,15 +130,23 @@ async def under_load(
     ]
     took: dict[str, float] = {}
 
+    async def a_round(after: str) -> None:
+        floor = {kind: seen.calls[kind] + ROUND_CALLS for kind in kinds}
+        await await_until(
+            lambda: all(seen.calls[kind] >= floor[kind] for kind in kinds),
+            ROUND_LIMIT_SEC,
+            f"{ROUND_CALLS} calls of every client kind {after}",
+        )
+
     async def change() -> None:
         try:
-            await asyncio.sleep(QUIET_SEC)
+            await a_round("before the changes")
             for what, action in changes:
                 started = time.monotonic()
                 seen.phase = what
                 await asyncio.to_thread(action)
                 took[what] = round(time.monotonic() - started, 2)
-                await asyncio.sleep(QUIET_SEC)
+                await a_round(f"after {what}")
         finally:
             stop.set()
 
@@ -182,7 +192,7 @@ def test_repush_after_a_supervisor_death_keeps_the_entrypoints_port(chains_home:
     with pushed("UnaryEntry", "orphaned") as chain:
         before = read_state("orphaned")
         # The supervisor dies, and its chainlets with it.
-        os.kill(before.supervisor_pid, signal.SIGKILL)
+        os.kill(before.local.supervisor_pid, signal.SIGKILL)
         for process in before.processes:
             if process.pid:
                 os.kill(process.pid, signal.SIGKILL)

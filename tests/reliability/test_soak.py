@@ -103,7 +103,7 @@ def test_64_streaming_clients_for_30_s_through_two_hops(chains_home: Path) -> No
     with pushed("ItemEntry", "soak") as chain:
         state = read_state("soak")
         pids = {p.chainlet: p.pid for p in state.processes if p.pid}
-        pids["supervisor"] = state.supervisor_pid
+        pids["supervisor"] = state.local.supervisor_pid
         samples: dict[str, list[tuple[float, int]]] = {name: [] for name in pids}
         tally = Tally()
 

@@ -119,7 +119,7 @@ def live_state(tool: Marked, name: str) -> dict[str, object]:
 def chain_pids(state: dict[str, object]) -> set[int]:
     processes = state["processes"]
     assert isinstance(processes, list)
-    return {int(state["supervisor_pid"]), *(int(p["pid"]) for p in processes if p["pid"])}  # type: ignore[call-overload]
+    return {int(state["local"]["supervisor_pid"]), *(int(p["pid"]) for p in processes if p["pid"])}  # type: ignore[call-overload]
 
 
 def chain_ports(state: dict[str, object]) -> set[int]:
@@ -248,11 +248,11 @@ def test_a_killed_supervisor_takes_its_chainlets_and_leaves_no_stale_socket(mark
     name = "orphans"
     marked.push(name)
     state = live_state(marked, name)
-    chainlets = chain_pids(state) - {int(state["supervisor_pid"])}  # type: ignore[call-overload]
+    chainlets = chain_pids(state) - {int(state["local"]["supervisor_pid"])}  # type: ignore[call-overload]
     deploy_dir = marked.cli.home / name / "deployments" / str(state["deployment"])
     socket_path = control_socket_path(deploy_dir)
     killed = time.monotonic()
-    os.kill(int(state["supervisor_pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    os.kill(int(state["local"]["supervisor_pid"]), signal.SIGKILL)  # type: ignore[call-overload]
     wait_until(lambda: not chainlets & marked.pids(), 10, "the chainlets die with their supervisor")
     died_within = time.monotonic() - killed
     assert not marked.ports()
@@ -274,18 +274,18 @@ def test_stop_never_signals_a_process_that_took_a_recorded_pid(marked: Marked) -
     name = "reused"
     marked.push(name)
     state = live_state(marked, name)
-    os.kill(int(state["supervisor_pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    os.kill(int(state["local"]["supervisor_pid"]), signal.SIGKILL)  # type: ignore[call-overload]
     wait_until(lambda: not marked.pids(), 10, "the chain is gone with its supervisor")
     # Another process now has the pids the state records (as after pid reuse).
     stranger = subprocess.Popen(["sleep", "60"])
     try:
         deploy_dir = marked.cli.home / name / "deployments" / str(state["deployment"])
         recorded = json.loads((deploy_dir / "state.json").read_text())
-        recorded["supervisor_pid"] = stranger.pid
+        recorded["local"]["supervisor_pid"] = stranger.pid
         for process in recorded["processes"]:
             process["pid"] = stranger.pid
         (deploy_dir / "state.json").write_text(json.dumps(recorded))
-        assert not same_process(stranger.pid, recorded["supervisor_identity"])
+        assert not same_process(stranger.pid, recorded["local"]["supervisor_identity"])
         marked.cli.run("stop", name, "--grace", "1")
         time.sleep(0.5)  # a SIGTERM sent by stop would have ended `sleep` by now
         assert stranger.poll() is None, "stop signalled a process it did not start"

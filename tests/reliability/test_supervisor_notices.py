@@ -219,7 +219,7 @@ def test_a_chainlets_helper_processes_end_with_it(
         assert chainlet is not None
         wait_until(lambda: chainlet in _helpers(tmp_path), 10, "the helper")
         helper = _helpers(tmp_path)[chainlet]
-        os.kill(read_state("spawner").supervisor_pid, signal.SIGKILL)
+        os.kill(read_state("spawner").local.supervisor_pid, signal.SIGKILL)
         wait_until(lambda: not _alive(chainlet), 10, "the chainlet to die with its supervisor")
     wait_until(lambda: not _alive(helper), 10, "the orphaned helper to end with `chains stop`")
 
@@ -227,7 +227,7 @@ def test_a_chainlets_helper_processes_end_with_it(
 def test_a_stale_chain_counts_no_replica_ready(chains_home: Path) -> None:
     with pushed("DoublerEntry", "orphaned", file=SUPERVISED):
         state = read_state("orphaned")
-        os.kill(state.supervisor_pid, signal.SIGKILL)
+        os.kill(state.local.supervisor_pid, signal.SIGKILL)
         wait_until(lambda: not any(_alive(p.pid) for p in state.processes if p.pid), 10, "chainlets gone")
         line = next(line for line in cli("status").stdout.splitlines() if line.startswith("orphaned "))
         assert "stale (supervisor gone)  0/2 ready" in line, line

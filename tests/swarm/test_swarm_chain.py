@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import dashboard, origin_of, unique_port, write_chain
+from tests.helpers import dashboard, origin_of, tcpdump_listening, unique_port, wait_until, write_chain
 from tests.swarm.conftest import Cli, Swarm, remove_stack, service_tasks
 
 THREE = '''
@@ -265,7 +265,7 @@ def _sniff(swarm: Swarm, url: str, pcap: Path) -> bytes:
     sniffer = subprocess.Popen(
         ["tcpdump", "-i", swarm.link, "-U", "-s", "0", "-c", str(CAPTURE_PACKETS), "-w", str(pcap), filter_],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
 
     async def calls() -> None:
@@ -283,7 +283,7 @@ def _sniff(swarm: Swarm, url: str, pcap: Path) -> bytes:
                 assert [_texts(a) for a in answers] == [_expected(t) for t in texts]
 
     try:
-        time.sleep(1.0)  # tcpdump listening
+        tcpdump_listening(sniffer)
         asyncio.run(calls())
     finally:
         if sniffer.poll() is None:
@@ -361,7 +361,8 @@ def _token(swarm: Swarm) -> bytes:
 
 CALLERS = 16
 MAX_SECONDS = 150.0  # the callers stop by then whatever happens
-AFTER_RESTORED_SEC = 3.0  # and keep calling this long once the replicas are back
+ROUND_CALLS = 2 * 16  # calls before node 2 stops, and again once the replicas are back
+ROUND_LIMIT_SEC = 60.0
 
 
 def _running_on(swarm: Swarm, service: str) -> list[str]:
@@ -411,7 +412,7 @@ def test_stopping_node_2s_dockerd_under_load(
     gone_after = None
     cli: Cli = three["cli"]
     try:
-        time.sleep(2.0)  # the callers in full swing
+        wait_until(lambda: calls[0] >= ROUND_CALLS, ROUND_LIMIT_SEC, "the callers in full swing")
         stopped_at = time.monotonic()
         swarm.stop_node2()
         while time.monotonic() - started < MAX_SECONDS:
@@ -423,7 +424,8 @@ def test_stopping_node_2s_dockerd_under_load(
                 break
             time.sleep(0.5)
         if restored_at is not None:
-            time.sleep(AFTER_RESTORED_SEC)
+            floor = calls[0] + ROUND_CALLS
+            wait_until(lambda: calls[0] >= floor, ROUND_LIMIT_SEC, "calls once the replicas are back")
     finally:
         stop.set()
         for thread in threads:

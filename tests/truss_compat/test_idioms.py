@@ -9,7 +9,7 @@ import pytest
 
 import chains
 from chains.loader import load_chain
-from chains.target_support import ignored_settings
+from chains.targets import ignored_settings
 
 UNANNOTATED = """
 import chains

@@ -182,3 +182,73 @@ def test_the_stubs_import_nothing_of_the_server() -> None:
     server = {m for m in MODULES if m.startswith("chains.server")}
     for module in (m for m in MODULES if m.startswith(("chains.stubs", "chains.websocket"))):
         assert not IMPORTS[module] & server, module
+
+
+def _target_names() -> set[str]:
+    """The registered targets' names, read from the registry's source (no import: the rule
+    holds the code as written)."""
+    tree = ast.parse((ROOT / "chains/targets/__init__.py").read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For) and isinstance(node.iter, ast.Tuple):
+            names.update(
+                e.value for e in node.iter.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            )
+    return names
+
+
+def _names_a_target(node: ast.expr, targets: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in targets
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_names_a_target(e, targets) for e in node.elts)
+    if isinstance(node, ast.Call) and node.args:  # frozenset({...})
+        return any(_names_a_target(a, targets) for a in node.args)
+    return False
+
+
+def target_comparisons(source: str, targets: set[str]) -> list[str]:
+    """Where ``source`` decides by a target's name: a comparison of something named like a
+    target (``state.target``, ``target.name``) with a target's name, or a collection of two
+    or more targets' names (a table of targets)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            named = [o for o in operands if _names_a_target(o, targets)]
+            other = [ast.unparse(o) for o in operands if o not in named]
+            if named and any("target" in text or text.endswith(".name") for text in other):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Tuple | ast.List | ast.Set):
+            literal = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in targets]
+            if len(literal) >= 2:
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_rule_finds_a_target_named_in_a_comparison() -> None:
+    targets = {"local", "docker", "truss"}
+    source = (
+        'if state.target == "local": pass\n'
+        'if target != "docker": pass\n'
+        'if target.name in ("local", "docker"): pass\n'
+        'IMAGE = frozenset({"docker", "truss"})\n'
+        'if (exc.name or "").split(".")[0] in ("truss", "truss_chains"): pass\n'  # a module's name
+        'environment = "local"\n'
+    )
+    assert len(target_comparisons(source, targets)) == 5
+
+
+def test_nothing_outside_the_targets_names_a_target() -> None:
+    # What a target is and can do is asked of its Target (chains/targets/__init__.py), never
+    # decided elsewhere by its name.
+    targets = _target_names()
+    assert {"local", "docker", "swarm", "ray", "truss"} <= targets
+    found = [
+        f"{name}, {where}"
+        for name, path in sorted(MODULES.items())
+        if not name.startswith("chains.targets")
+        for where in target_comparisons(path.read_text(encoding="utf-8"), targets)
+    ]
+    assert found == [], "ask the target (chains.targets.target(name)) instead:\n" + "\n".join(found)
+    assert len(found) == 0
