@@ -1,9 +1,10 @@
 """The chainlet server: one ASGI app serving one chainlet instance.
 
 Routes: ``POST /run_remote``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``,
-``GET /openapi.json`` and, on the entrypoint, ``GET /docs``. Written directly against ASGI
-(no framework): the routes are few, and every microsecond per request is overhead on every
-hop of a chain (see docs/server-framework.md for the measurement).
+``GET /openapi.json`` and, on the entrypoint, ``GET /docs``. ``/run_remote`` is written
+directly against ASGI (no framework): every microsecond per request is overhead on every hop
+of a chain (see docs/server-framework.md for the measurement). Every other route is matched
+by one Starlette router, :mod:`chains.server.cold_routes`.
 
 A call to ``/run_remote`` becomes a :class:`~chains.server.request.Request`; the checks that
 may refuse it raise :class:`~chains.server.refusal.Refusal`, answered in one place; the slots
@@ -51,6 +52,7 @@ from chains.server.asgi import (
 )
 from chains.server.browser import BrowserRoutes
 from chains.server.capacity import Capacity
+from chains.server.cold_routes import ColdRoutes, cold_router
 from chains.server.credentials import Credentials
 from chains.server.deadline import END, BodyReads, loop_time, passed, until_deadline
 from chains.server.disconnect import DisconnectWatch
@@ -64,7 +66,7 @@ from chains.server.settings import ServerSettings
 from chains.server.streaming_response import StreamAborted, send_stream
 from chains.server.websocket import Conversations, serve_websocket
 from chains.streaming import shape_of
-from chains.wire import DEBUG_HEADER, HEALTHZ, JSON_MEDIA_TYPE, METRICS, READYZ, RUN_REMOTE, debug_proof
+from chains.wire import DEBUG_HEADER, JSON_MEDIA_TYPE, RUN_REMOTE, debug_proof
 
 if TYPE_CHECKING:
     from chains.server.jobs import JobRoutes
@@ -128,6 +130,19 @@ class ChainletApp:
         self._jobs = self._job_routes() if settings.jobs is not None and settings.is_entrypoint else None
         routes = routes_of(spec.cls)  # @chains.route endpoints, served by chains/server/routes.py
         self._routes = RouteServer(self, routes) if routes else None
+        self._cold = ColdRoutes(  # every route but /run_remote, built when first asked for
+            lambda: cold_router(
+                self,
+                is_entrypoint=settings.is_entrypoint,
+                readiness=self._readiness,
+                metrics_text=self.metrics.render,
+                openapi_body=self._openapi,
+                docs=self._docs,
+                browser=self._browser,
+                jobs=self._jobs,
+                routes=self._routes,
+            )
+        )
         if not settings.is_entrypoint and not settings.internal_token:
             raise ValueError(
                 f"chainlet {spec.name} is internal (not the entrypoint) and needs the chain's token: "
@@ -240,35 +255,7 @@ class ChainletApp:
                 return
             await self._run_remote(scope, receive, send)
             return
-        if self._jobs is not None and self._jobs.handles(path):
-            await self._jobs.serve(scope, receive, send)
-            return
-        if self._routes is not None and await self._routes.serve(scope, receive, send):
-            return
-        if method not in ("GET", "HEAD"):
-            await send_json(send, 405, {"detail": f"use GET {path}"}, [(b"allow", b"GET")])
-            return
-        if path == HEALTHZ:
-            await send_json(send, 200, {"status": "alive"})
-        elif path == READYZ:
-            ready, reason = await self._readiness()
-            await send_json(send, 200 if ready else 503, {"ready": ready, "detail": reason})
-        elif path == METRICS:
-            # The entrypoint's metrics name the chain's internal chainlets: its callers' key guards them.
-            refusal = self._credentials.refusal(header_map(scope)) if self.settings.is_entrypoint else None
-            if refusal is not None:
-                await send_json(send, 401, {"detail": refusal})
-                return
-            body = self.metrics.render().encode()
-            await send_bytes(send, 200, body, b"text/plain; version=0.0.4; charset=utf-8")
-        elif path == "/openapi.json":
-            await send_bytes(send, 200, self._openapi, _JSON)
-        elif path == "/docs" and self._docs:
-            page = openapi.docs_page(self.spec).encode()
-            await send_bytes(send, 200, page, b"text/html; charset=utf-8")
-        else:
-            routes = "POST /run_remote, GET /healthz, GET /readyz, GET /metrics, GET /openapi.json"
-            await send_json(send, 404, {"detail": f"no route {method} {path}; routes: {routes}"})
+        await self._cold(scope, receive, send)  # every other route: chains/server/cold_routes.py
 
     async def _readiness(self) -> tuple[bool, str]:
         if self.draining:

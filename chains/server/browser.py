@@ -1,19 +1,22 @@
 """What an entrypoint adds for web pages: CORS, ``EventSource`` calls, stream tickets, the JS client.
 
-:class:`BrowserRoutes` sees each request before the chainlet app does. It answers the
-routes of its own (``OPTIONS`` preflights, ``GET /client.js``, ``GET /client.d.ts``,
-``POST /stream_ticket``, and the reconnects of a finished ``EventSource``), turns
+:class:`BrowserRoutes` sees each request before the chainlet app does. It answers
+``OPTIONS`` preflights and the reconnects of a finished ``EventSource``, turns
 ``GET /run_remote?ARGS`` of a streaming endpoint into the ``POST`` the app serves (same
 validation, limits, metrics and cancellation), and adds CORS headers to the answers of
 allowed origins. Requests without an ``Origin`` header (curl, stubs) pass through unchanged.
+Its own routes (``GET /client.js``, ``GET /client.d.ts``, ``POST /stream_ticket``) are in the
+server's cold router (:meth:`BrowserRoutes.routes`).
 Only entrypoints have it: internal chainlets never answer CORS.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
 import time
 from importlib import resources
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from chains.call_context import CallContext
@@ -25,6 +28,9 @@ from chains.server.cors import CorsPolicy, request_origin, same_origin
 from chains.server.tickets import TICKET_PARAM, TicketSigner
 from chains.streaming import shape_of
 from chains.wire import JSON_MEDIA_TYPE, REQUEST_ID_HEADER, RUN_REMOTE, SSE_MEDIA_TYPE, STREAM_KIND_HEADER
+
+if TYPE_CHECKING:
+    from starlette.routing import BaseRoute
 
 __all__ = ["BrowserRoutes"]
 
@@ -54,12 +60,23 @@ class BrowserRoutes:
         self._kind = shape_of(spec.endpoint).kind.name.encode() if spec.endpoint.is_stream else None
         self._static: dict[str, bytes] = {}
 
+    def routes(self) -> list[BaseRoute]:
+        """Its own routes, for the server's cold router (chains/server/cold_routes.py): the JS
+        client and ``POST /stream_ticket``. Their answers get CORS headers from :meth:`route`,
+        which saw the request first."""
+        from chains.server.router import asgi_endpoint  # with the router: Starlette's
+
+        table: list[BaseRoute] = [
+            asgi_endpoint(path, functools.partial(self._static_file, path), ["GET"]) for path in _STATIC
+        ]
+        table.append(asgi_endpoint("/stream_ticket", self._ticket, ["POST"]))
+        return table
+
     async def route(self, scope: Scope, receive: Receive, send: Send) -> Routed:
         path: str = scope["path"]
         method: str = scope["method"]
-        if path in _STATIC and method in ("GET", "HEAD"):
-            await self._static_file(path, send)
-            return None
+        if path in _STATIC:
+            return scope, receive, send  # public to every page: its own CORS header, none added
         origin = request_origin(scope)
         if origin is not None:
             if method == "OPTIONS" and self._cors:
@@ -68,9 +85,6 @@ class BrowserRoutes:
             send = self._cors.wrap(scope, send)
             if path == RUN_REMOTE and self._kind is not None:
                 send = _with_header(send, STREAM_KIND_HEADER.encode(), self._kind)
-        if path == "/stream_ticket":
-            await self._ticket(scope, method, send)
-            return None
         if path == RUN_REMOTE and method == "GET" and self._kind is not None:
             if origin is not None and not self._cors.allows(origin) and not same_origin(scope, origin):
                 await send_json(send, 403, {"detail": _refused(origin)})
@@ -78,7 +92,7 @@ class BrowserRoutes:
             return await self._event_source(scope, receive, send)
         return scope, receive, send
 
-    async def _static_file(self, path: str, send: Send) -> None:
+    async def _static_file(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
         name, media_type = _STATIC[path]
         body = self._static.get(name)
         if body is None:
@@ -87,10 +101,7 @@ class BrowserRoutes:
         headers = [(b"access-control-allow-origin", b"*"), (b"cache-control", b"no-cache")]
         await send_bytes(send, 200, body, media_type, headers)
 
-    async def _ticket(self, scope: Scope, method: str, send: Send) -> None:
-        if method != "POST":
-            await send_json(send, 405, {"detail": "use POST /stream_ticket"}, [(b"allow", b"POST")])
-            return
+    async def _ticket(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._signer is None:
             detail = "this chain has no API key: open GET /run_remote?ARGS without a ticket"
             await send_json(send, 404, {"detail": detail})

@@ -166,25 +166,55 @@ def _example(schema: dict[str, Any], defs: dict[str, Any], depth: int) -> Any:
     return {"string": "hello", "integer": 1, "number": 1.0, "boolean": True, "null": None}.get(kind, "hello")
 
 
-def docs_page(spec: ChainletSpec) -> str:
-    """A self-contained page: the signature, the schema, and a form that streams a call."""
+def docs_page(spec: ChainletSpec, served: list[tuple[str, str, str]] | None = None) -> str:
+    """A self-contained page: every endpoint the chainlet serves, the signature and schema of
+    ``run_remote``, and a form that streams a call.
+
+    The list is the OpenAPI document's operations (``@chains.route`` routes among them), then
+    ``served``: ``(method, path, summary)`` of routes the document leaves out (the async ones).
+
+    >>> "GET /healthz" in docs_page(spec)
+    True
+    """
     endpoint = spec.endpoint
+    title = html.escape(f"{spec.name}: {endpoint.describe()}")
+    listed = _endpoint_list(spec, served or [])
     if endpoint.output_kind.is_socket:
-        return _SOCKET_PAGE.format(title=html.escape(f"{spec.name}: {endpoint.describe()}"))
+        return _SOCKET_PAGE.format(title=title, endpoints=listed)
     schema = json.dumps(endpoint.input_model.model_json_schema(by_alias=True), indent=2)
     example = json.dumps(example_arguments(endpoint))
-    title = html.escape(f"{spec.name}: {endpoint.describe()}")
-    return _PAGE.format(title=title, schema=html.escape(schema), example=html.escape(example))
+    escaped = {"schema": html.escape(schema), "example": html.escape(example)}
+    return _PAGE.format(title=title, endpoints=listed, **escaped)
+
+
+def _endpoint_list(spec: ChainletSpec, served: list[tuple[str, str, str]]) -> str:
+    """The page's table of endpoints, one row per operation."""
+    rows: list[tuple[str, str, str]] = []
+    for path, operations in document(spec, entrypoint=True)["paths"].items():
+        for method, operation in operations.items():
+            summary = operation.get("summary") or operation.get("operationId", "")
+            rows.append((method.upper(), path, str(summary)))
+    rows += served
+    cells = "".join(
+        f'<tr data-route="{html.escape(f"{m} {p}")}"><td><code>{html.escape(m)} {html.escape(p)}</code></td>'
+        f"<td>{html.escape(s)}</td></tr>"
+        for m, p, s in rows
+    )
+    return f'<table id="endpoints"><tr><th>endpoint</th><th>what it does</th></tr>{cells}</table>'
 
 
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font: 15px/1.5 system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; }}
+td {{ padding: .2rem .8rem .2rem 0; vertical-align: top; }}
 pre, textarea {{ font: 13px/1.4 ui-monospace, monospace; background: #f6f6f6; padding: .75rem; }}
 textarea {{ width: 100%; box-sizing: border-box; }}
 </style></head><body>
 <h1>{title}</h1>
+<h2>Endpoints</h2>
+{endpoints}
+<h2>run_remote</h2>
 <p>POST a JSON object of the arguments to <code>/run_remote</code>.
 Streams answer as text, NDJSON, server-sent events (<code>Accept: text/event-stream</code>)
 or framed (<code>Accept: application/x-chains-stream</code>). The OpenAPI document is at
@@ -227,5 +257,7 @@ body {{ font: 15px/1.5 system-ui, sans-serif; max-width: 52rem; margin: 2rem aut
 <code>wss://</code> over TLS) and exchange messages, text or bytes; a POST gets 426. From a
 terminal, <code>chains call</code> with the chain's name sends each line of its input as a
 message and prints each answer. The OpenAPI document is at <a href="/openapi.json">/openapi.json</a>.</p>
+<h2>Endpoints</h2>
+{endpoints}
 </body></html>
 """

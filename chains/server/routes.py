@@ -108,6 +108,11 @@ class RouteServer:
         self._routes = routes
         self._by_name = {route.name: route for route in routes}
 
+    @property
+    def routes(self) -> tuple[RouteSpec, ...]:
+        """The routes it serves, for the server's cold router to match their paths."""
+        return self._routes
+
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> bool:
         path: str = scope["path"]
         method: str = scope["method"]

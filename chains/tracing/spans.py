@@ -63,6 +63,9 @@ MESSAGES_OUT = "chains.websocket.messages_out"
 CLOSE_CODE = "chains.websocket.close_code"
 BATCH_SIZE = "chains.batch.size"
 BATCH_WAIT_MS = "chains.batch.wait_ms"
+# On a batched call's span: the request id of the batch that served it, whose trace it is (the
+# local store keeps no links, so a reader of the store follows this to the batch's trace).
+BATCH_REQUEST_ID = "chains.batch.request_id"
 
 _EMPTY = otel_context.Context()
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -293,6 +296,7 @@ class Tracing:
             if caller.is_recording():
                 caller.add_link(served_by)
                 caller.set_attribute(BATCH_SIZE, len(callers))
+                caller.set_attribute(BATCH_REQUEST_ID, call.request_id)
         return BatchSpan(span, call)
 
     def record_error(self, exc: BaseException) -> None:

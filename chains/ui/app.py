@@ -20,7 +20,6 @@ import contextlib
 import hmac
 import ipaddress
 import time
-from collections.abc import Awaitable, Callable
 from http.cookies import SimpleCookie
 from importlib import resources
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote
 
 import httpx
+from starlette.routing import BaseRoute, Router
 
 from chains.errors import ChainsError, ChainsUsageError
 from chains.graph import to_svg
@@ -42,10 +42,12 @@ from chains.server.asgi import (
     send_bytes,
     send_json,
 )
+from chains.server.router import asgi_endpoint, listing
 from chains.targets import running_target
 from chains.targets.state import ChainState, chain_dir
 from chains.tracing import store
 from chains.ui.history import MetricsHistory, parse_metrics
+from chains.ui.jobs import ChainJobs
 from chains.ui.sources import ChainView
 from chains.wire import JSON_MEDIA_TYPE, METRICS, REQUEST_ID_HEADER, RUN_REMOTE
 
@@ -111,6 +113,8 @@ class DashboardApp:
         self._clients: dict[str | None, httpx.AsyncClient] = {}
         self._started = False
         self._lock = asyncio.Lock()
+        self._jobs = ChainJobs()
+        self._router = Router(self._routes(), redirect_slashes=False, default=self._not_found)
 
     # -- access ----------------------------------------------------------------------------
 
@@ -185,39 +189,39 @@ class DashboardApp:
             else:
                 await send_json(send, refusal[0], {"detail": refusal[1]})
             return
-        path: str = scope["path"]
-        method: str = scope["method"]
-        if path == "/api/call":
-            if method != "POST":
-                await send_json(send, 405, {"detail": "use POST /api/call"}, [(b"allow", b"POST")])
-                return
-            await self._call(scope, receive, send, headers)
-            return
-        if method not in ("GET", "HEAD"):
-            await send_json(send, 405, {"detail": f"use GET {path}"}, [(b"allow", b"GET")])
-            return
-        route = self._routes().get(path)
-        if route is not None:
-            await route(scope, send)
-        elif path == "/":
-            body, kind = self._static["index.html"]
-            await send_bytes(send, 200, body, kind, _SECURITY_HEADERS)
-        elif path.startswith("/static/") and path[len("/static/") :] in self._static:
-            body, kind = self._static[path[len("/static/") :]]
-            await send_bytes(send, 200, body, kind, _SECURITY_HEADERS)
-        elif path.startswith("/api/traces/"):
-            await self._trace(send, path[len("/api/traces/") :])
-        else:
-            await send_json(send, 404, {"detail": f"no route GET {path}"})
+        await self._router(scope, receive, send)
 
-    def _routes(self) -> dict[str, Callable[[Scope, Send], Awaitable[None]]]:
-        return {
-            "/api/overview": self._overview,
-            "/api/metrics": self._metrics,
-            "/api/traces": self._traces,
-            "/api/logs": self._logs,
-            "/api/openapi": self._openapi,
-        }
+    def _routes(self) -> list[BaseRoute]:
+        """Every route of the dashboard, in one Starlette router (the page's access is checked
+        before it: :meth:`_refusal`)."""
+        return [
+            asgi_endpoint("/", self._index, ["GET"]),
+            asgi_endpoint("/static/{name}", self._static_file, ["GET"]),
+            asgi_endpoint("/api/overview", self._overview, ["GET"]),
+            asgi_endpoint("/api/metrics", self._metrics, ["GET"]),
+            asgi_endpoint("/api/traces", self._traces, ["GET"]),
+            asgi_endpoint("/api/traces/{wanted}", self._trace, ["GET"]),
+            asgi_endpoint("/api/jobs", self._jobs_list, ["GET"]),
+            asgi_endpoint("/api/jobs/{job_id}", self._job, ["GET"]),
+            asgi_endpoint("/api/logs", self._logs, ["GET"]),
+            asgi_endpoint("/api/openapi", self._openapi, ["GET"]),
+            asgi_endpoint("/api/call", self._call, ["POST"]),
+        ]
+
+    async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
+        detail = f"no route {scope['method']} {scope['path']}; routes: {listing(self._router.routes)}"
+        await send_json(send, 404, {"detail": detail})
+
+    async def _index(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body, kind = self._static["index.html"]
+        await send_bytes(send, 200, body, kind, _SECURITY_HEADERS)
+
+    async def _static_file(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = self._static.get(scope["path_params"]["name"])
+        if found is None:
+            await self._not_found(scope, receive, send)
+            return
+        await send_bytes(send, 200, found[0], found[1], _SECURITY_HEADERS)
 
     async def _text(self, send: Send, status: int, text: str) -> None:
         await send_bytes(send, status, text.encode() + b"\n", b"text/plain; charset=utf-8", _SECURITY_HEADERS)
@@ -284,7 +288,7 @@ class DashboardApp:
 
     # -- routes ----------------------------------------------------------------------------
 
-    async def _overview(self, scope: Scope, send: Send) -> None:
+    async def _overview(self, scope: Scope, receive: Receive, send: Send) -> None:
         overview = self.view.overview()
         graph = self.view.deployment.graph
         overview["graph_svg"] = to_svg(graph)
@@ -295,26 +299,52 @@ class DashboardApp:
         overview["api_key"] = self.view.deployment.api_key is not None
         await send_json(send, 200, overview)
 
-    async def _metrics(self, scope: Scope, send: Send) -> None:
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send_json(send, 200, {"poll_sec": self.poll_sec, "series": self.history.to_json()})
 
     def _store(self) -> Path:
         return store.store_path(chain_dir(self.view.name))
 
-    async def _traces(self, scope: Scope, send: Send) -> None:
+    async def _traces(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         limit = _bounded_int(query.get("limit", ["20"])[0], 20, 1, 200)
-        traces = await asyncio.to_thread(store.recent_traces, self._store(), limit)
+        # Requests only: each batch of a batched chainlet is a trace of its own, drawn from the
+        # waterfall of a request it served (its span names the batch's request id).
+        traces = await asyncio.to_thread(store.recent_traces, self._store(), limit, batches=False)
         await send_json(send, 200, [t.to_json() for t in traces])
 
-    async def _trace(self, send: Send, wanted: str) -> None:
+    async def _trace(self, scope: Scope, receive: Receive, send: Send) -> None:
+        wanted = scope["path_params"]["wanted"]
         spans = await asyncio.to_thread(store.trace_spans, self._store(), wanted)
         if not spans:
             await send_json(send, 404, {"detail": f"no trace {wanted!r} in the chain's store"})
             return
         await send_json(send, 200, [s.to_json() for s in spans])
 
-    async def _logs(self, scope: Scope, send: Send) -> None:
+    async def _jobs_list(self, scope: Scope, receive: Receive, send: Send) -> None:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        limit = _bounded_int(query.get("limit", ["20"])[0], 20, 1, 200)
+        state = self.view.state
+        try:
+            jobs = await asyncio.to_thread(self._jobs.recent, state, limit)
+        except Exception as exc:  # a shared store down, a file unreadable: said, not a 500
+            await send_json(send, 502, {"detail": f"the chain's job store cannot be read: {exc}"})
+            return
+        await send_json(send, 200, {"keeps_jobs": jobs is not None, "jobs": jobs or []})
+
+    async def _job(self, scope: Scope, receive: Receive, send: Send) -> None:
+        job_id = scope["path_params"]["job_id"]
+        try:
+            found = await asyncio.to_thread(self._jobs.detail, self.view.state, job_id)
+        except Exception as exc:
+            await send_json(send, 502, {"detail": f"the chain's job store cannot be read: {exc}"})
+            return
+        if found is None:
+            await send_json(send, 404, {"detail": f"no async request {job_id!r} in the chain's job store"})
+            return
+        await send_json(send, 200, found)
+
+    async def _logs(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         chainlet = query.get("chainlet", [""])[0]
         lines = _bounded_int(query.get("lines", ["100"])[0], 100, 1, _LOG_LINES_MAX)
@@ -338,7 +368,7 @@ class DashboardApp:
             return
         await send_json(send, 200, {"chainlet": chainlet, "lines": found})
 
-    async def _openapi(self, scope: Scope, send: Send) -> None:
+    async def _openapi(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.view.state
         url = f"{state.entrypoint_url.rstrip('/')}/openapi.json"
         try:
@@ -351,8 +381,9 @@ class DashboardApp:
             return
         await send_bytes(send, response.status_code, response.content, JSON_MEDIA_TYPE.encode())
 
-    async def _call(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> None:
+    async def _call(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The try-it form's call, forwarded to the entrypoint and streamed back as it comes."""
+        headers = header_map(scope)
         origin = headers.get("origin")
         if origin is not None and not (origin.startswith("http://") and self._own_host(origin[7:])):
             await send_json(send, 403, {"detail": "calls are taken from the dashboard's own page only"})

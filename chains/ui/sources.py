@@ -150,6 +150,7 @@ class ChainView:
                     "restarts": p.restarts,
                     "started_at": p.started_at,
                     "last_exit": p.last_exit,
+                    "reason": p.reason,  # why it last went down, as `chains status` says it
                 }
             )
         return {

@@ -9,6 +9,7 @@ last test also writes docs/images/dashboard.png.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -152,6 +153,11 @@ def test_a_chainlet_killed_by_pid_shows_its_restart(
     )
     new_pid = page.inner_text("#chainlets tr[data-chainlet=Counter] .pid")
     assert new_pid != str(counter.pid)
+    # Why it went down, in the words `chains status` prints after "last went down:".
+    (restarted,) = find_state(CHAIN).replicas("Counter")
+    assert restarted.reason
+    reason = "document.querySelector('#reasons li[data-chainlet=Counter] .reason')"
+    _wait(page, f"{reason} && {reason}.textContent === {json.dumps(restarted.reason)}")
     page.screenshot(path=str(artifacts / "dashboard-restarted.png"), full_page=True)
     # The restarted chainlet answers again.
     assert dashboard_chain.call(prompt="one two") == ["<one>", "<two>", " [2 words]"]
@@ -191,9 +197,32 @@ def test_traces_charts_and_logs_show_the_calls(
         page.screenshot(path=str(target), full_page=True)
 
 
+def test_an_async_job_is_listed_and_its_stream_shown(
+    page: Any, dashboard: str, dashboard_chain: Any, artifacts: Path
+) -> None:
+    submitted = httpx.post(
+        f"{dashboard_chain.entrypoint_url}/async_run_remote",
+        json={"model_input": {"prompt": "async words here"}},
+        headers={"authorization": f"Bearer {API_KEY}"},
+    )
+    assert submitted.status_code == 200, submitted.text
+    job_id = submitted.json()["request_id"]
+    _open(page, dashboard)
+    row = f"document.querySelector('#jobs tr[data-job=\"{job_id}\"]')"
+    _wait(page, f"{row} && {row}.dataset.status === 'SUCCEEDED'", timeout=30)
+    cells = page.evaluate(f"[...{row}.cells].map(c => c.textContent)")
+    assert cells[0] == job_id[:12] and cells[1] == "SUCCEEDED"
+    assert cells[2] != "-" and cells[4] != "-"  # created, finished
+    assert cells[6].startswith("stream · ")
+    page.click(f"#jobs tr[data-job='{job_id}'] a.job-result")
+    _wait(page, "document.querySelector('#job-detail').textContent.includes('<async>')")
+    assert "<here>" in page.inner_text("#job-detail")
+    page.screenshot(path=str(artifacts / "dashboard-jobs.png"), full_page=True)
+
+
 def test_the_api_key_is_required(dashboard: str) -> None:
     origin = origin_of(dashboard)
-    for path in ("/", "/api/overview", "/api/logs?chainlet=Entry", "/static/app.js"):
+    for path in ("/", "/api/overview", "/api/logs?chainlet=Entry", "/static/app.js", "/api/jobs"):
         assert httpx.get(origin + path).status_code == 401, path
         wrong = {"authorization": "Bearer not-the-key"}
         assert httpx.get(origin + path, headers=wrong).status_code == 401, path

@@ -217,3 +217,32 @@ def test_a_route_call_from_outside_is_a_trace_and_its_failure_is_recorded(shop: 
     assert span.attributes["http.response.status_code"] == 500
     assert [event["name"] for event in span.events] == ["exception"]
     assert "the shop broke" in span.events[0]["attributes"]["exception.message"]
+
+
+def test_docs_lists_every_route_with_run_remote_and_the_server_routes(
+    front: chains.deploy.ChainHandle,
+) -> None:
+    page = httpx.get(front.entrypoint_url + "/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    for route in ("POST /v1/echo", "POST /run_remote", "GET /healthz", "GET /readyz"):
+        assert f'data-route="{route}"' in page.text, route
+    # The entrypoint of a pushed chain serves async calls: the page names those routes too.
+    assert 'data-route="POST /async_run_remote"' in page.text
+
+
+def test_the_shops_docs_list_its_routes_and_a_404_names_them(shop: str) -> None:
+    page = httpx.get(shop + "/docs").text
+    for route in ("POST /orders/{order_id}", "GET /count/{n}", "POST /either"):
+        assert f'data-route="{route}"' in page, route
+    missing = httpx.get(shop + "/nowhere")
+    assert missing.status_code == 404
+    detail = missing.json()["detail"]
+    assert detail.startswith("no route GET /nowhere; routes: POST /run_remote")
+    assert "/orders/{order_id}" in detail and "GET /healthz" in detail
+    # A cold route asked with a method it does not take: 405 naming the one it does, as JSON.
+    wrong = httpx.post(shop + "/healthz")
+    assert (wrong.status_code, wrong.headers["allow"], wrong.json()) == (
+        405,
+        "GET",
+        {"detail": "use GET /healthz"},
+    )

@@ -4,7 +4,7 @@
 const COLORS = ["#1f5fbf", "#d9622b", "#2e9d5b", "#8e44ad", "#c0392b", "#16a0a0", "#7f8c8d", "#b7950b"];
 const SVG_NS = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
-const state = { overview: null, colors: {}, selectedTrace: null, pinnedTrace: false, tracesSeen: "", logChainlet: null, formReady: false };
+const state = { overview: null, colors: {}, selectedTrace: null, pinnedTrace: false, tracesSeen: "", logChainlet: null, formReady: false, selectedJob: null };
 
 async function getJSON(path) {
   const response = await fetch(path, { credentials: "same-origin" });
@@ -77,6 +77,13 @@ function renderOverview(overview) {
       el("td", {}, p.last_exit === null || p.last_exit === undefined ? "-" : String(p.last_exit)),
     );
     return row;
+  }));
+  // Why each replica last went down, in the words `chains status` prints beneath its table.
+  const several = (name) => overview.processes.filter((q) => q.chainlet === name).length > 1;
+  $("reasons").replaceChildren(...overview.processes.filter((p) => p.reason).map((p) => {
+    const item = el("li", { "data-chainlet": p.chainlet, "data-replica": String(p.replica) });
+    item.append(el("b", {}, p.chainlet + (several(p.chainlet) ? `[${p.replica}]` : "")), document.createTextNode(" last went down: "), el("span", { class: "reason" }, p.reason));
+    return item;
   }));
   const select = $("log-chainlet");
   const names = overview.chainlets.map((c) => c.name);
@@ -206,6 +213,15 @@ async function showTrace(traceId) {
     track.append(bar);
     row.append(labelNode, track, el("span", { class: "wf-ms" }, `${s.duration_ms.toFixed(1)} ms`));
     rows.push(row);
+    // A batched call names the batch that served it: a trace of its own, one click away.
+    const batch = s.attributes["chains.batch.request_id"];
+    if (batch) {
+      const link = el("a", { class: "wf-batch", href: "#", "data-batch": batch },
+        `${"  ".repeat(depthOf(s) + 1)}served by batch ${batch.slice(0, 12)} (${s.attributes["chains.batch.size"] || "?"} calls)`);
+      link.style.whiteSpace = "pre";
+      link.addEventListener("click", (event) => { event.preventDefault(); state.pinnedTrace = true; showTrace(batch); });
+      rows.push(link);
+    }
   }
   $("waterfall").replaceChildren(...rows);
 }
@@ -218,6 +234,54 @@ function describeSpan(s) {
   if (a["chains.stream.items"] !== undefined) parts.push(`${a["chains.stream.items"]} items`);
   if (s.status_message) parts.push(s.status_message);
   return parts.join(" · ");
+}
+
+// -- async jobs ----------------------------------------------------------------------------
+
+function clock(seconds) {
+  return seconds ? new Date(seconds * 1000).toLocaleTimeString() : "-";
+}
+
+async function refreshJobs() {
+  const data = await getJSON("/api/jobs?limit=20");
+  $("jobs-note").textContent = !data.keeps_jobs
+    ? "this chain keeps no async jobs (none submitted yet, or async calls are off for it)"
+    : data.jobs.length ? "" : "no async jobs yet: submit one with `chains call --async`";
+  const body = $("jobs").tBodies[0];
+  body.replaceChildren(...data.jobs.map((job) => {
+    const row = el("tr", { "data-job": job.request_id, "data-status": job.status });
+    const result = job.streams ? `stream · ${job.events} events` : job.status === "SUCCEEDED" ? "result" : (job.errors[0] ? job.errors[0].message : "-");
+    const link = el("a", { href: "#", class: "job-result" }, result);
+    link.addEventListener("click", (event) => { event.preventDefault(); showJob(job.request_id); });
+    row.append(
+      el("td", { class: "job-id" }, job.request_id.slice(0, 12)),
+      el("td", { class: `job-status status-${job.status.toLowerCase()}` }, job.status),
+      el("td", {}, clock(job.created)),
+      el("td", {}, clock(job.started)),
+      el("td", {}, clock(job.finished)),
+      el("td", {}, `${job.attempts}/${job.max_attempts}`),
+      el("td", {}, ""),
+    );
+    row.lastChild.append(link);
+    if (job.request_id === state.selectedJob) row.classList.add("selected");
+    return row;
+  }));
+  if (state.selectedJob && data.jobs.some((j) => j.request_id === state.selectedJob && !j.finished)) await showJob(state.selectedJob);
+}
+
+async function showJob(jobId) {
+  state.selectedJob = jobId;
+  for (const row of $("jobs").tBodies[0].rows) row.classList.toggle("selected", row.dataset.job === jobId);
+  const job = await getJSON(`/api/jobs/${encodeURIComponent(jobId)}`);
+  const box = $("job-detail");
+  box.hidden = false;
+  box.dataset.job = jobId;
+  let shown;
+  if (job.stream) shown = job.stream.map((e) => e.text.trimEnd()).join("\n\n") || "(no events yet)";
+  else if (job.output !== undefined) shown = JSON.stringify(job.output, null, 2);
+  else if (job.output_text !== undefined) shown = job.output_text;
+  else shown = job.errors.length ? job.errors.map((e) => `${e.code}: ${e.message}`).join("\n") : `(${job.status.toLowerCase()}: no result yet)`;
+  box.textContent = `request ${job.request_id} · ${job.status}\n\n${shown}`;
 }
 
 // -- logs ----------------------------------------------------------------------------------
@@ -403,6 +467,7 @@ document.addEventListener("DOMContentLoaded", () => {
   every(1000, refreshMetrics);
   every(2000, refreshTraces);
   every(2000, refreshLogs);
+  every(2000, refreshJobs);
   const form = async () => { try { await buildForm(); } catch (error) { $("try-status").textContent = `no form: ${error.message}`; setTimeout(form, 2000); } };
   form();
 });
