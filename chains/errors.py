@@ -13,7 +13,8 @@ The hierarchy (a builtin base in parentheses: ``except TimeoutError`` catches a
             ├── StreamProtocolError      (ValueError) the bytes received are not a valid chains stream
             │   ├── FrameTooLarge        a frame over the reader's size limit
             │   ├── UnknownFrameKind     a frame kind this version does not know
-            │   └── StreamSchemaMismatch the producer streams another schema
+            │   └── StreamSchemaMismatch the producer streams another schema (where it is read,
+            │                            also a pydantic.ValidationError, as in Truss Chains)
             ├── BuildFailed              an image of a chainlet did not build
             ├── BatchSizeError           a batched body did not return one output per input
             ├── BatchQueueFull           too many calls wait for a batch (answered 503)
@@ -231,7 +232,8 @@ class ErrorDetail(pydantic.BaseModel):
             # A remote error that was not caught keeps the type it had at its origin.
             name, module = exc.detail.exc_type, exc.detail.exc_module
         else:
-            name, module = exc_type.__qualname__, exc_type.__module__
+            public = _public_type(exc_type)
+            name, module = public.__qualname__, public.__module__
         message = exc.remote_message if isinstance(exc, RemoteError) else str(exc)
         if isinstance(exc, RemoteError):
             status = exc.detail.status if exc.detail is not None else None
@@ -423,6 +425,16 @@ class _RemoteGeneric(RemoteError, GenericRemoteException):
 
 # One frame of a traceback as traceback.format_list writes it: file, line, function, code.
 _FRAME = re.compile(r'^  File "(.*)", line (\d+), in (.*)\n(?:    (.*)\n)?', re.MULTILINE)
+
+
+def _public_type(cls: type) -> type:
+    """The class an exception is named by on the wire: itself, or for a private class of chains
+    (a StreamSchemaMismatch that is also a pydantic ValidationError, say) its first public
+    base, which the caller can rebuild. The user's own private classes keep their names."""
+    for base in cls.__mro__:
+        if not (base.__module__.startswith("chains.") and base.__name__.startswith("_")):
+            return base
+    return cls
 
 
 def _http_status(exc: BaseException) -> int | None:
