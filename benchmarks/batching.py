@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import codegen
+import chains_codegen
 from benchmarks import harness, report
 from benchmarks.chainlets import CHAINS_DIR, new_token, serve_chainlet
 from benchmarks.chains.batching import MAX_BATCH_SIZE, MAX_WAIT_MS, cost_s
@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="chains-bench-") as tmp:
         dirs = {}
         for name in ("Batched", "Unbatched"):
-            generated = codegen.generate(load_chain(CHAIN_FILE, name), CHAIN_FILE, Path(tmp) / name)
+            generated = chains_codegen.generate(load_chain(CHAIN_FILE, name), CHAIN_FILE, Path(tmp) / name)
             dirs[name] = generated.chainlets[name].directory
         with (
             serve_chainlet(dirs["Batched"], entrypoint=True, token=token, env=QUEUE) as batched,

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-import codegen
+import chains_codegen
 from benchmarks import harness
 from chains.loader import load_chain
 
@@ -24,9 +24,9 @@ __all__ = ["CHAINS_DIR", "auth_headers", "generate_chain", "new_token", "serve_c
 CHAINS_DIR = Path(__file__).resolve().parent / "chains"
 
 
-def generate_chain(chain_file: Path, out_dir: Path) -> codegen.GeneratedChain:
+def generate_chain(chain_file: Path, out_dir: Path) -> chains_codegen.GeneratedChain:
     """Check and generate ``chain_file`` into ``out_dir``, one directory per chainlet."""
-    return codegen.generate(load_chain(chain_file), chain_file, out_dir)
+    return chains_codegen.generate(load_chain(chain_file), chain_file, out_dir)
 
 
 def new_token() -> str:

@@ -18,6 +18,7 @@ class Entry(chains.ChainletBase):
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 from chains.batching import batched
@@ -35,7 +36,6 @@ from chains.config import (
 )
 from chains.context import DeployedServiceDescriptor, DeploymentContext
 from chains.errors import (
-    BatchQueueFull,
     BatchSizeError,
     BuildFailed,
     ChainsError,
@@ -43,18 +43,13 @@ from chains.errors import (
     ChainsUsageError,
     DeadlineExceeded,
     DependencyUnavailable,
-    ErrorDetail,
-    FrameTooLarge,
     GenericRemoteException,
     RemoteError,
     StreamInterrupted,
     StreamProtocolError,
-    StreamSchemaMismatch,
-    UnknownFrameKind,
-    Violation,
 )
 from chains.routes import Header, HTTPError, Query, route
-from chains.rpc_options import RPCOptions
+from chains.rpc_options import RPCOptions, StubOptions  # RPCOptions: Truss's name, an alias
 from chains.streaming import SSE, StreamTypes, stream_reader, stream_types, stream_writer
 from chains.websocket.protocol import WebSocketProtocol
 
@@ -83,7 +78,6 @@ __all__ = [
     "Assets",
     "Autoscale",
     "BasetenImage",
-    "BatchQueueFull",
     "BatchSizeError",
     "BuildFailed",
     "ChainletBase",
@@ -98,8 +92,6 @@ __all__ = [
     "DeployedServiceDescriptor",
     "DeploymentContext",
     "DockerImage",
-    "ErrorDetail",
-    "FrameTooLarge",
     "GenericRemoteException",
     "HTTPError",
     "Header",
@@ -111,11 +103,9 @@ __all__ = [
     "StreamContents",
     "StreamInterrupted",
     "StreamProtocolError",
-    "StreamSchemaMismatch",
     "StreamTypes",
     "StubBase",
-    "UnknownFrameKind",
-    "Violation",
+    "StubOptions",
     "WebSocketDisconnect",
     "WebSocketProtocol",
     "batched",
@@ -142,9 +132,30 @@ _BASETEN_ONLY = {
 }
 
 
+# What the protocol and the checks use, kept out of the names a chain file writes: each is
+# imported from chains.errors, which the refusal below names.
+_ERRORS_ONLY = frozenset(
+    {
+        "BatchQueueFull",
+        "ErrorDetail",
+        "FrameTooLarge",
+        "StreamSchemaMismatch",
+        "UnknownFrameKind",
+        "Violation",
+    }
+)
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        if name in _ERRORS_ONLY:
+            raise AttributeError(
+                f"module 'chains' has no attribute {name!r}: it is chains.errors.{name}, with the "
+                f"errors of the protocol and the checks (from chains.errors import {name})",
+                name=name,
+                obj=sys.modules[__name__],
+            )
         if name in _BASETEN_ONLY:
             raise ChainsUsageError(
                 f"chains.{name} is {_BASETEN_ONLY[name]}: it runs on Baseten only, which chains "

@@ -1,9 +1,13 @@
 """How a stub calls its service: retries, timeout, concurrency limit and wire format.
 
-One options type serves both kinds of stub: a chainlet's dependency (built from the
-arguments of ``chains.depends``) and a deployed model called by URL::
+One options type, :class:`StubOptions`, serves both kinds of stub: a chainlet's dependency
+(built from the arguments of ``chains.depends``) and a deployed model called by URL::
 
-    llm = LLM.from_url(url, context, options=chains.RPCOptions(retries=3, timeout_sec=30))
+    llm = LLM.from_url(url, context, options=chains.StubOptions(retries=3, timeout_sec=30))
+
+``RPCOptions`` is Truss Chains' name for it, kept as an alias of the same class so that a
+Truss file's ``chains.RPCOptions(...)`` works unchanged; the class is named ``StubOptions``
+in messages, reprs and these docs.
 
 It depends on nothing in chains but the errors, so that the deployment context can carry
 options without loading the HTTP clients.
@@ -105,5 +109,6 @@ class StubOptions:
         )
 
 
-# Truss Chains' name for the same options (``truss_chains.RPCOptions``).
+# Truss Chains' name for the same class (``truss_chains.RPCOptions``): an alias, not a second
+# type, so ``isinstance`` and the checks treat both spellings alike.
 RPCOptions = StubOptions

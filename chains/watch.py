@@ -49,7 +49,7 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     source: the files a push copies, so that the state folder (whose logs change all the time,
     and where each reload writes), a virtualenv inside the folder or an editor's swap files
     never trigger a reload."""
-    from codegen.ignore import source_files
+    from chains_codegen.ignore import source_files
 
     times: dict[str, tuple[int, int]] = {}
     for _, path in source_files(folder):
@@ -64,7 +64,7 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
 def contents(folder: Path) -> dict[str, str]:
     """A digest of each source file's content: a save that changed nothing (or a ``touch``)
     moves a modification time, and is no edit."""
-    from codegen.ignore import source_files
+    from chains_codegen.ignore import source_files
 
     digests: dict[str, str] = {}
     for rel, path in source_files(folder):

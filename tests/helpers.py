@@ -99,7 +99,7 @@ def write_chain(folder: Path, source: str, name: str = "chain.py") -> Path:
 
 def generate_chain(file: Path, out: Path, entrypoint: str | None = None) -> dict[str, Path]:
     """Generate every chainlet of ``file``; the directory of each, by name."""
-    from codegen import generate
+    from chains_codegen import generate
 
     chain = load_chain(file, entrypoint)
     result = generate(chain, file, out)

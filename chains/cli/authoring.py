@@ -118,8 +118,8 @@ def generate(
       chains generate chain.py --out build
       chains generate chain.py --out build --k8s --registry ghcr.io/me
     """
-    from codegen import DEFAULT_BASE_IMAGE
-    from codegen import generate as run_generator
+    from chains_codegen import DEFAULT_BASE_IMAGE
+    from chains_codegen import generate as run_generator
 
     chain = guarded(lambda: load_chain(file, entrypoint))
     base = base_image or DEFAULT_BASE_IMAGE
@@ -148,7 +148,7 @@ def client(file: str, entrypoint: str | None, out_dir: str) -> None:
       chains client examples/streaming/chain.py --out streaming-client
       pip install --no-deps chains-sdk ./streaming-client
     """
-    from codegen.clientgen import generate_client
+    from chains_codegen.clientgen import generate_client
 
     chain = guarded(lambda: load_chain(file, entrypoint))
     result = guarded(lambda: generate_client(chain, Path(file), Path(out_dir)))

@@ -168,7 +168,7 @@ def push(
             click.echo(f"wrote {len(written)} file(s) for target {target!r} into {out_dir}")
         return
     if dry_run:
-        from codegen import generate as run_generator
+        from chains_codegen import generate as run_generator
 
         out = Path(out_dir) if out_dir else chain_dir(chain.name) / "dry-run"
         result = guarded(lambda: run_generator(chain, Path(file), out))

@@ -26,7 +26,7 @@ from chains.streaming.framing import (
     kind_name,
     parse_preamble,
 )
-from chains.streaming.schema import WireSchema
+from chains.streaming.schema import WireSchema, schema_mismatch
 from chains.streaming.transport import connection_broke
 from chains.streaming.writer import WriterChunk
 from chains.wire import DEFAULT_MAX_FRAME_BYTES
@@ -259,10 +259,13 @@ class FrameReader:
             if preamble.schema == self.wire.name
             else "build the reader with the same StreamTypes the producer's endpoint declares"
         )
-        raise StreamSchemaMismatch(
+        raise schema_mismatch(
             f"stream schema mismatch: the producer sends {preamble.schema} (fingerprint "
             f"{preamble.fingerprint}), but this reader was built for {self.wire.name} (fingerprint "
-            f"{self.wire.fingerprint}); {hint}"
+            f"{self.wire.fingerprint}); {hint}",
+            reader=self.wire.name,
+            producer=preamble.schema,
+            fingerprint=preamble.fingerprint,
         )
 
     async def items(self, *, header_first: bool = False) -> AsyncGenerator[Any, None]:

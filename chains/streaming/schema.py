@@ -2,7 +2,8 @@
 a stream's schema on the wire: :class:`PartCodec` and :class:`WireSchema`.
 
 The fingerprint of a schema is built from :func:`schema_of` each part's type, normalized so
-that editing a docstring on one side does not break a deployed peer.
+that editing a docstring on one side does not break a deployed peer. A reader built for another
+schema is refused with :func:`schema_mismatch`.
 """
 
 from __future__ import annotations
@@ -14,11 +15,19 @@ from typing import Any, Final
 import pydantic
 import pydantic_core
 
-from chains.errors import ChainsUsageError
+from chains.errors import ChainsUsageError, StreamSchemaMismatch
 from chains.streaming.framing import encode_preamble
 from chains.wire import wire_adapter
 
-__all__ = ["PartCodec", "WireSchema", "json_codec", "schema_of", "short_repr", "type_name"]
+__all__ = [
+    "PartCodec",
+    "WireSchema",
+    "json_codec",
+    "schema_mismatch",
+    "schema_of",
+    "short_repr",
+    "type_name",
+]
 
 
 def type_name(tp: Any) -> str:
@@ -146,3 +155,48 @@ class WireSchema:
 
     def __repr__(self) -> str:
         return f"WireSchema({self.name}, fingerprint={self.fingerprint!r})"
+
+
+class _SchemaMismatchValidationError(StreamSchemaMismatch, pydantic.ValidationError):
+    """A StreamSchemaMismatch that is a ``pydantic.ValidationError`` too, as the error Truss
+    Chains' readers raise for items of another model is: callers written for either catch it.
+
+    It is raised only where it is made. Across hops it travels as a plain StreamSchemaMismatch
+    (``ErrorDetail`` names a private class by its public base), because a rebuilt remote error
+    is built from its class's C layout and pydantic's cannot be built from a message alone.
+    """
+
+    # pydantic builds its errors through from_exception_data, which calls the class with
+    # these arguments (as unpickling does): the line errors are pydantic's own objects.
+    def __new__(
+        cls, title: str, line_errors: list[Any], input_type: str = "python", hide_input: bool = False
+    ) -> _SchemaMismatchValidationError:
+        return pydantic.ValidationError.__new__(cls, title, line_errors, input_type, hide_input)
+
+    def __init__(
+        self, title: str, line_errors: list[Any], input_type: str = "python", hide_input: bool = False
+    ) -> None:
+        StreamSchemaMismatch.__init__(self, title, line_errors, input_type, hide_input)
+
+    def __str__(self) -> str:
+        # chains' sentence (both schemas, both fingerprints and the fix), not pydantic's table.
+        return str(self.errors()[0]["msg"])
+
+
+def schema_mismatch(message: str, *, reader: str, producer: str, fingerprint: str) -> StreamSchemaMismatch:
+    """The error for a stream whose preamble names another schema than the reader's:
+    ``message`` says which and how to fix it. ``reader`` is the reader's schema name (the
+    ValidationError's title), ``producer`` and ``fingerprint`` what the stream declared.
+
+    >>> error = schema_mismatch("no", reader="Token", producer="Word", fingerprint="ab12")
+    >>> isinstance(error, pydantic.ValidationError), str(error), error.errors()[0]["loc"]
+    (True, 'no', ('preamble',))
+    """
+    line_error = pydantic_core.InitErrorDetails(
+        # The message is passed as context, so that braces in a schema's name are not read as
+        # placeholders of pydantic's template.
+        type=pydantic_core.PydanticCustomError("stream_schema_mismatch", "{reason}", {"reason": message}),
+        loc=("preamble",),
+        input={"schema": producer, "fingerprint": fingerprint},
+    )
+    return _SchemaMismatchValidationError.from_exception_data(reader, [line_error])

@@ -12,8 +12,8 @@
             return await self.call_remote(text=text)
 """
 
-from chains.rpc_options import RPCOptions, StubOptions
+from chains.rpc_options import StubOptions
 from chains.stubs.base import StubBase
 from chains.stubs.policy import RETRY_STATUSES
 
-__all__ = ["RETRY_STATUSES", "RPCOptions", "StubBase", "StubOptions"]
+__all__ = ["RETRY_STATUSES", "StubBase", "StubOptions"]

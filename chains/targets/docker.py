@@ -59,7 +59,7 @@ from chains.targets.state import (
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
-    from codegen import GeneratedChain
+    from chains_codegen import GeneratedChain
 
 __all__ = ["CONTAINER_PORT", "DockerTarget"]
 
@@ -498,7 +498,7 @@ class _DockerLaunch:
         self.deploy_dir: Path | None = None
 
     def start(self, deploy_dir: Path, previous: ChainState | None, token: str) -> ChainState:
-        from codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
+        from chains_codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
 
         chain, options = self.chain, self.options
         self.deploy_dir = deploy_dir

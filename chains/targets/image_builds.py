@@ -22,7 +22,7 @@ from chains.targets.images import image_name
 from chains.targets.wheelhouse import dependency_wheels, sdk_requirements, sdk_wheel, wheelhouse_key
 
 if TYPE_CHECKING:
-    from codegen import GeneratedChain
+    from chains_codegen import GeneratedChain
 
 __all__ = ["BUILD_TIMEOUT_SEC", "KEEP_OLD_IMAGES", "build_images", "prune_images"]
 

@@ -37,7 +37,7 @@ from chains.targets.wiring import ChainWiring, wire
 from chains.targets.yamltext import dump, dump_all
 
 if TYPE_CHECKING:
-    from codegen import GeneratedChain
+    from chains_codegen import GeneratedChain
 
 __all__ = [
     "CHAINLETS_DIR",
@@ -139,7 +139,7 @@ def write_generated_manifests(
     chain: Chain, source_file: Path, generated: GeneratedChain, *, registry: str | None
 ) -> list[Path]:
     """``chains generate FILE --out DIR --k8s``: the manifests in ``DIR/kubernetes``, beside the code."""
-    from codegen.layout import display_path
+    from chains_codegen.layout import display_path
 
     out_dir = generated.out_dir / MANIFESTS_DIR
     parts = [

@@ -134,7 +134,7 @@ class _LocalLaunch:
         self.supervisor: subprocess.Popen[bytes] | None = None
 
     def start(self, deploy_dir: Path, previous: ChainState | None, token: str) -> ChainState:
-        from codegen import generate  # the generator is only needed when pushing
+        from chains_codegen import generate  # the generator is only needed when pushing
 
         chain, source_file, options = self.chain, self.source_file, self.options
         home = chain_dir(chain.name)

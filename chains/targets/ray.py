@@ -297,7 +297,7 @@ class RayTarget:
         from ray.serve.api import RunTarget
 
         from chains.targets.ray_app import ChainletDeployment
-        from codegen import generate
+        from chains_codegen import generate
 
         previous = current_state(chain.name)
         deploy_dir = new_deployment_dir(chain.name)

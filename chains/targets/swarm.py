@@ -137,7 +137,7 @@ class SwarmTarget:
     # -- push ------------------------------------------------------------------------------------
 
     def push(self, chain: Chain, source_file: Path, options: SwarmOptions) -> Pushed:
-        from codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
+        from chains_codegen import DEFAULT_BASE_IMAGE, generate  # the generator is only needed when pushing
 
         engine = connect()
         manager = manager_of(engine)

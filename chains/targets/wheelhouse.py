@@ -56,7 +56,7 @@ __all__ = [
 SDK_DISTRIBUTION = "chains-sdk"
 # The name in a wheel's file name and its .dist-info folder: '-' escaped (the wheel format's rule).
 _WHEEL_NAME = SDK_DISTRIBUTION.replace("-", "_")
-SDK_PACKAGES = ("chains", "codegen")  # what the SDK's wheel holds (pyproject's wheel packages)
+SDK_PACKAGES = ("chains", "chains_codegen")  # what the SDK's wheel holds (pyproject's wheel packages)
 
 _PIP_TIMEOUT_SEC = 900.0
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can record: the same bytes on every build

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.clientgen import sdk_requirement
+from chains_codegen.clientgen import sdk_requirement
 from tests.client.conftest import ROOT, STREAMING, Venv
 
 
@@ -70,7 +70,7 @@ def test_the_requirement_follows_where_chains_came_from(
     # Where pip installed chains from is read from its record; the record is what varies here.
     import importlib.metadata
 
-    from codegen import clientgen
+    from chains_codegen import clientgen
 
     wheel = tmp_path / "chains_sdk-0.1.0-py3-none-any.whl"
     wheel.write_bytes(b"")

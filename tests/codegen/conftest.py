@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from chains.loader import load_chain
-from codegen import GeneratedChain, generate
+from chains_codegen import GeneratedChain, generate
 
 REPO = Path(__file__).resolve().parents[2]
 CHAINS_DIR = Path(__file__).resolve().parent / "chains"

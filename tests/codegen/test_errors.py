@@ -9,7 +9,7 @@ import pytest
 
 from chains.errors import ChainsUsageError
 from chains.loader import load_chain
-from codegen import generate
+from chains_codegen import generate
 
 HEADER = """\
 import itertools

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.ignore import IgnoreRules, source_files
+from chains_codegen.ignore import IgnoreRules, source_files
 from tests.codegen.conftest import EXAMPLES, generate_in
 
 
@@ -160,7 +160,7 @@ def test_a_push_tags_its_state_folder_so_another_home_skips_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from chains.targets.state import new_deployment_dir
-    from codegen.ignore import never_source
+    from chains_codegen.ignore import never_source
 
     monkeypatch.setenv("CHAINS_HOME", str(tmp_path / "project" / "state-a"))
     new_deployment_dir("hello")

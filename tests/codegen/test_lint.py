@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen import GeneratedChain
+from chains_codegen import GeneratedChain
 from tests.codegen.conftest import EXAMPLES
 
 

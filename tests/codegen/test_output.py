@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chains.errors import ChainsUsageError
-from codegen import GENERATOR_VERSION, GeneratedChain
+from chains_codegen import GENERATOR_VERSION, GeneratedChain
 from tests.codegen.conftest import EXAMPLES, REPO, descriptor, generate_in
 
 
@@ -148,7 +148,7 @@ def test_requirements_and_dockerfile(generated: dict[str, GeneratedChain]) -> No
 
 def test_base_image_default_can_be_replaced(tmp_path: Path) -> None:
     from chains.loader import load_chain
-    from codegen import generate
+    from chains_codegen import generate
 
     result = generate(
         load_chain(EXAMPLES["hello"]), EXAMPLES["hello"], tmp_path / "out", base_image="chains/base:1"

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from codegen import GeneratedChain
+from chains_codegen import GeneratedChain
 from tests.codegen.conftest import EXAMPLES, descriptor
 from tests.helpers import unique_port
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from chains.checks import chainlet_spec
-from codegen import GeneratedChain
-from codegen.layout import stub_class_name, stub_module_name
+from chains_codegen import GeneratedChain
+from chains_codegen.layout import stub_class_name, stub_module_name
 from tests.codegen.conftest import EXAMPLES, descriptor, generate_in, imports_from
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from codegen.generator import _environment
-from codegen.imports import Imports
-from codegen.pysource import bracketed, expression
+from chains_codegen.generator import _environment
+from chains_codegen.imports import Imports
+from chains_codegen.pysource import bracketed, expression
 
-DOCUMENTED = ["codegen.pysource", "codegen.imports", "codegen.ignore", "codegen.layout", "codegen.descriptor"]
+DOCUMENTED = [f"chains_codegen.{name}" for name in ("pysource", "imports", "ignore", "layout", "descriptor")]
 
 
 @pytest.mark.parametrize("module", DOCUMENTED)

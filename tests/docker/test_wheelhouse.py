@@ -21,7 +21,7 @@ def test_the_sdk_wheel_is_reproducible_and_installs(tmp_path: Path, monkeypatch:
     second = wheelhouse.sdk_wheel()
     assert second.path.read_bytes() == data and second.digest == first.digest
     names = zipfile.ZipFile(second.path).namelist()
-    assert "chains/__init__.py" in names and "codegen/templates/Dockerfile.jinja" in names
+    assert "chains/__init__.py" in names and "chains_codegen/templates/Dockerfile.jinja" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert f"chains_sdk-{second.version}.dist-info/RECORD" in names
 

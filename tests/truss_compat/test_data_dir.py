@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 
 from chains.loader import load_chain
-from codegen import generate
+from chains_codegen import generate
 from tests.helpers import Cli
 
 CHAIN = """

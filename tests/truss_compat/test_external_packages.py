@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from chains.loader import load_chain
-from codegen import generate
+from chains_codegen import generate
 from tests.exports.conftest import export
 from tests.exports.test_truss import client, isolated, loaded_model
 from tests.helpers import Cli

@@ -166,7 +166,7 @@ def test_the_truss_export_writes_baseten_only_settings(tmp_path: Path) -> None:
 
 
 def test_build_commands_are_run_lines_of_the_dockerfile(tmp_path: Path) -> None:
-    from codegen import generate
+    from chains_codegen import generate
 
     (tmp_path / "src").mkdir()
     source = _write(tmp_path / "src", BASETEN_ONLY)

@@ -3,7 +3,7 @@
 Each ``out_dir/<Chainlet>/`` holds ``server.py`` (``python server.py --port N``), the stubs of
 its dependencies in ``chains_stubs/``, ``chainlet.json``, ``requirements.txt``, a
 ``Dockerfile``, the ``ruff.toml`` the generated code is checked with, and the chain's folder
-copied to ``src/``. The same input always gives the same bytes; ``codegen.versions`` says
+copied to ``src/``. The same input always gives the same bytes; ``chains_codegen.versions`` says
 what a chainlet's ``code_version`` covers.
 """
 
@@ -23,13 +23,13 @@ import jinja2
 from chains.errors import ChainsUsageError
 from chains.model import Chain, ChainletSpec
 from chains.package_dirs import package_dirs
-from codegen.descriptor import DESCRIPTOR, chainlet_descriptor, descriptor_text, read_descriptor
-from codegen.ignore import check_source_size, max_source_bytes, source_files
-from codegen.imports import Imports
-from codegen.layout import STUBS_PACKAGE, header, stub_class_name, stub_module_name
-from codegen.pysource import bracketed
-from codegen.stubgen import StubModule, render_stub
-from codegen.versions import code_version, file_digest
+from chains_codegen.descriptor import DESCRIPTOR, chainlet_descriptor, descriptor_text, read_descriptor
+from chains_codegen.ignore import check_source_size, max_source_bytes, source_files
+from chains_codegen.imports import Imports
+from chains_codegen.layout import STUBS_PACKAGE, header, stub_class_name, stub_module_name
+from chains_codegen.pysource import bracketed
+from chains_codegen.stubgen import StubModule, render_stub
+from chains_codegen.versions import code_version, file_digest
 
 __all__ = ["DEFAULT_BASE_IMAGE", "GeneratedChain", "GeneratedChainlet", "generate"]
 
@@ -40,7 +40,7 @@ DEFAULT_BASE_IMAGE = "python:3.11-slim"
 _SERVER_NAMES = frozenset({"sys", "Path", "create_app", "main", "app", "_HERE"})
 
 # Chain file names that would shadow what the generated server imports.
-_RESERVED_MODULES = frozenset({"chains", "codegen", STUBS_PACKAGE, "server"})
+_RESERVED_MODULES = frozenset({"chains", "chains_codegen", STUBS_PACKAGE, "server"})
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class GeneratedChain:
 
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("codegen", "templates"),
+        loader=jinja2.PackageLoader("chains_codegen", "templates"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -84,7 +84,7 @@ def generate(
     given (pass them relative to keep the files free of machine paths). Each chainlet's
     directory is replaced as a whole; directories of chainlets this chain no longer has
     are removed. Each gets a copy of the chain file's folder as ``src/`` (less what
-    :func:`codegen.ignore.source_files` leaves out), refused over ``$CHAINS_MAX_SOURCE_MB``.
+    :func:`chains_codegen.ignore.source_files` leaves out), refused over ``$CHAINS_MAX_SOURCE_MB``.
 
     >>> from chains.loader import load_chain                          # doctest: +SKIP
     >>> chain = load_chain("examples/hello/chain.py")                   # doctest: +SKIP

@@ -27,11 +27,11 @@ import jinja2
 from chains.errors import ChainsUsageError
 from chains.model import Chain
 from chains.streaming import STRUCTURED, UNARY, WEBSOCKET
-from codegen.annotations import signature_source
-from codegen.imports import Imports, natural_key
-from codegen.layout import GENERATOR_VERSION, display_path
-from codegen.pysource import bracketed
-from codegen.stubgen import run_remote_of
+from chains_codegen.annotations import signature_source
+from chains_codegen.imports import Imports, natural_key
+from chains_codegen.layout import GENERATOR_VERSION, display_path
+from chains_codegen.pysource import bracketed
+from chains_codegen.stubgen import run_remote_of
 
 __all__ = ["GeneratedClient", "generate_client"]
 
@@ -221,7 +221,7 @@ def sdk_requirement() -> str:
 
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("codegen", "templates"),
+        loader=jinja2.PackageLoader("chains_codegen", "templates"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

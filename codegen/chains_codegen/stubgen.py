@@ -32,9 +32,9 @@ from chains.endpoint import EndpointSpec
 from chains.errors import ChainsUsageError
 from chains.model import ChainletSpec
 from chains.routes import routes_of
-from codegen.annotations import ImportName, signature_source
-from codegen.imports import Imports
-from codegen.pysource import bracketed
+from chains_codegen.annotations import ImportName, signature_source
+from chains_codegen.imports import Imports
+from chains_codegen.pysource import bracketed
 
 __all__ = ["StubModule", "render_stub"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from chains.model import Chain, ChainletSpec
 from chains.streaming import shape_of
-from codegen.layout import GENERATOR_VERSION
+from chains_codegen.layout import GENERATOR_VERSION
 
 __all__ = ["DESCRIPTOR", "chainlet_descriptor", "descriptor_text", "read_descriptor"]
 

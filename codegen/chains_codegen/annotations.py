@@ -37,8 +37,8 @@ from typing import Any
 
 from chains.errors import ChainsUsageError
 from chains.streaming import StreamTypes
-from codegen.imports import Imports
-from codegen.pysource import bracketed, expression
+from chains_codegen.imports import Imports
+from chains_codegen.pysource import bracketed, expression
 
 __all__ = ["ParamSource", "SignatureSource", "signature_source"]
 

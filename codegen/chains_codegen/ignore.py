@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chains.errors import ChainsUsageError
-from codegen.descriptor import DESCRIPTOR, read_descriptor
+from chains_codegen.descriptor import DESCRIPTOR, read_descriptor
 
 __all__ = [
     "ALWAYS_SKIPPED",

@@ -24,7 +24,7 @@ import re
 import sys
 from collections.abc import Iterable
 
-from codegen.pysource import INDENT, LINE_LENGTH
+from chains_codegen.pysource import INDENT, LINE_LENGTH
 
 __all__ = ["Imports", "natural_key"]
 
