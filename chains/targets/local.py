@@ -101,6 +101,8 @@ class LocalTarget:
         """
         if state.local is not None:
             _terminate(state.local.supervisor_pid, grace, state.local.supervisor_identity)
+            if state.local.reaper_pid:  # it ends when the supervisor does: this is for one that did not
+                _terminate(state.local.reaper_pid, 1.0, state.local.reaper_identity)
         for process in state.processes:
             if process.pid:
                 _terminate(process.pid, 1.0, process.identity)

@@ -175,6 +175,10 @@ class LocalRecord(pydantic.BaseModel):
 
     supervisor_pid: int = 0
     supervisor_identity: str | None = None  # see process_identity()
+    # The supervisor's reaper (chains/targets/reaper.py): it ends with the supervisor, and
+    # `chains stop` ends it too should it outlive one.
+    reaper_pid: int | None = None
+    reaper_identity: str | None = None
 
 
 class ImageRecord(pydantic.BaseModel):

@@ -120,6 +120,7 @@ class Supervisor:
         self._bounds: dict[int, MemoryBound] = {}  # by pid, until the process's group is ended
         self._unremoved: list[MemoryBound] = []  # groups still busy when ended, retried
         self._reaper: subprocess.Popen[bytes] | None = None
+        self._reaper_identity: str | None = None
         self._fencing: set[asyncio.Future[None]] = set()  # a reference until each fence is up
 
     # -- setup -------------------------------------------------------------------------------
@@ -274,6 +275,7 @@ class Supervisor:
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,  # not in the way of a Ctrl-C meant for this process
             )
+            self._reaper_identity = process_identity(self._reaper.pid)
         except OSError as exc:
             _say(f"cannot start the reaper ({exc}): helpers of its chainlets outlive a killed supervisor")
 
@@ -664,7 +666,12 @@ class Supervisor:
             entrypoint=self.deployment.entrypoint,
             entrypoint_kind=self.deployment.entrypoint_kind,
             entrypoint_url=entry.record.url,
-            local=LocalRecord(supervisor_pid=os.getpid(), supervisor_identity=self.identity),
+            local=LocalRecord(
+                supervisor_pid=os.getpid(),
+                supervisor_identity=self.identity,
+                reaper_pid=self._reaper.pid if self._reaper else None,
+                reaper_identity=self._reaper_identity,
+            ),
             processes=[r.record for r in self.replicas],
             grace_sec=self.deployment.grace_sec,
             stopping=self.stopping,

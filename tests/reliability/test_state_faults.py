@@ -119,7 +119,11 @@ def live_state(tool: Marked, name: str) -> dict[str, object]:
 def chain_pids(state: dict[str, object]) -> set[int]:
     processes = state["processes"]
     assert isinstance(processes, list)
-    return {int(state["local"]["supervisor_pid"]), *(int(p["pid"]) for p in processes if p["pid"])}  # type: ignore[call-overload]
+    local = state["local"]
+    assert isinstance(local, dict)
+    # the supervisor and its reaper (chains/targets/reaper.py)
+    supervisor = {int(local["supervisor_pid"]), int(local["reaper_pid"])}
+    return supervisor | {int(p["pid"]) for p in processes if p["pid"]}
 
 
 def chain_ports(state: dict[str, object]) -> set[int]:
@@ -248,7 +252,7 @@ def test_a_killed_supervisor_takes_its_chainlets_and_leaves_no_stale_socket(mark
     name = "orphans"
     marked.push(name)
     state = live_state(marked, name)
-    chainlets = chain_pids(state) - {int(state["local"]["supervisor_pid"])}  # type: ignore[call-overload]
+    chainlets = chain_pids(state) - {int(state["local"][key]) for key in ("supervisor_pid", "reaper_pid")}  # type: ignore[call-overload]
     deploy_dir = marked.cli.home / name / "deployments" / str(state["deployment"])
     socket_path = control_socket_path(deploy_dir)
     killed = time.monotonic()
@@ -410,7 +414,7 @@ def test_sighup_to_push_watch_stops_what_it_started(marked: Marked) -> None:
     reader.start()
     try:
         wait_until(lambda: any(line.startswith("watching") for line in lines), 90, "the watch to start")
-        assert len(chain_pids(live_state(marked, name))) == 3
+        assert len(chain_pids(live_state(marked, name))) == 4  # supervisor, reaper, two chainlets
         hung_up = time.monotonic()
         watcher.send_signal(signal.SIGHUP)
         assert watcher.wait(60) == 0
@@ -449,7 +453,7 @@ def test_sigint_stops_push_watch_started_with_sigint_ignored(marked: Marked) -> 
     reader.start()
     try:
         wait_until(lambda: any(line.startswith("watching") for line in lines), 90, "the watch to start")
-        assert len(chain_pids(live_state(marked, name))) == 3
+        assert len(chain_pids(live_state(marked, name))) == 4  # supervisor, reaper, two chainlets
         # Under nohup a hang-up is what it is told to outlive: the chain keeps running.
         watcher.send_signal(signal.SIGHUP)
         assert marked.cli.run("status", name).returncode == 0

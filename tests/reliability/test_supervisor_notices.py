@@ -285,7 +285,7 @@ def test_a_helper_ends_soon_after_its_supervisor_is_killed(
         wait_until(lambda: chainlet in _helpers(tmp_path), 10, "the helper")
         helper = _helpers(tmp_path)[chainlet]
         killed = time.monotonic()
-        os.kill(read_state("orphan-helper").supervisor_pid, signal.SIGKILL)
+        os.kill(read_state("orphan-helper").local.supervisor_pid, signal.SIGKILL)  # type: ignore[union-attr]
         # No `chains stop` yet: the supervisor's reaper saw it go.
         wait_until(lambda: not _alive(helper), 10, "the helper to end with its killed supervisor")
         ended_after = time.monotonic() - killed
@@ -322,7 +322,7 @@ def test_a_helper_that_left_its_process_group_ends_with_its_chainlet(
         assert second is not None
         wait_until(lambda: second in _helpers(tmp_path), 10, "the new helper")
         helper = _helpers(tmp_path)[second]
-        os.kill(read_state("escaper").supervisor_pid, signal.SIGKILL)
+        os.kill(read_state("escaper").local.supervisor_pid, signal.SIGKILL)  # type: ignore[union-attr]
         wait_until(lambda: not _alive(helper), 10, "the escaped helper to end with its killed supervisor")
 
 
