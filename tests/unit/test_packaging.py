@@ -4,12 +4,15 @@ index); and an editable install of a checkout still finds the generator in its f
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).parents[2]
 PACKAGES = {"chains", "chains_codegen"}
@@ -116,3 +119,74 @@ def test_an_editable_install_finds_the_generator_in_the_checkouts_codegen_folder
     generator, sdk = _run(sys.executable, "-S", "-c", script).splitlines()
     assert Path(generator) == ROOT / "codegen" / "chains_codegen" / "__init__.py"
     assert Path(sdk) == ROOT / "chains" / "__init__.py"
+
+
+# Third-party imports of chains/ that an extra provides: the target or feature named loads
+# them, and refuses with the extra's install line when they are missing.
+_FROM_EXTRAS = {
+    "docker": "docker",
+    "cryptography": "docker",
+    "ray": "ray",
+    "numpy": "numpy",
+    "psycopg": "postgres",
+}
+
+
+def _third_party_imports() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "chains").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in PACKAGES:
+                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def _with_their_requirements(names: set[str]) -> set[str]:
+    """The distributions ``names`` install, theirs included (pydantic brings pydantic-core)."""
+    found, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for line in requires:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name.lower().replace("_", "-"))
+    return found
+
+
+def test_every_module_chains_imports_is_installed_by_its_requirements_or_a_named_extra() -> None:
+    """An image installs the SDK's own requirements only (chains/targets/wheelhouse.py): a
+    module the server imports that only the dev extra installs passes every local test and
+    fails every container."""
+    requirements = importlib.metadata.requires("chains-sdk") or []
+    runtime: set[str] = set()
+    by_extra: dict[str, set[str]] = {}
+    for line in requirements:
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            runtime.add(requirement.name.lower())
+        for extra in ("docker", "ray", "numpy", "postgres"):
+            if requirement.marker is not None and requirement.marker.evaluate({"extra": extra}):
+                by_extra.setdefault(extra, set()).add(requirement.name.lower())
+    distributions = importlib.metadata.packages_distributions()
+    missing = []
+    for module, files in sorted(_third_party_imports().items()):
+        provided_by = {name.lower() for name in distributions.get(module, [module])}
+        allowed = by_extra.get(_FROM_EXTRAS[module], set()) if module in _FROM_EXTRAS else runtime
+        if not {name.replace("_", "-") for name in provided_by} & _with_their_requirements(allowed):
+            missing.append(f"{module} (imported by {', '.join(sorted(files)[:3])})")
+    assert not missing, f"not installed by the SDK's requirements: {missing}"
