@@ -422,7 +422,6 @@ class ChainletApp:
             else:
                 async with scope:
                     value = await self._invoke(arguments)
-            body = codec.encode_result(self.spec.endpoint, value, binary=binary)
         except TimeoutError as exc:
             if (scope is not None and scope.expired()) or passed(call.deadline):
                 return await self._fail(request, 504, self._deadline_error())
@@ -430,6 +429,11 @@ class ChainletApp:
             # reported as what it is, not as the caller's deadline, which may not even be set.
             logger.exception("run_remote raised %s (request id %s)", type(exc).__name__, call.request_id)
             return await self._fail(request, 500, exc)
+        except Exception as exc:  # a ValidationError too: one the body raised is its own failure
+            logger.exception("run_remote raised %s (request id %s)", type(exc).__name__, call.request_id)
+            return await self._fail(request, 500, exc)
+        try:
+            body = codec.encode_result(self.spec.endpoint, value, binary=binary)
         except (pydantic.ValidationError, pydantic_core.PydanticSerializationError) as exc:
             logger.error(
                 "run_remote returned a value that does not match its annotation (request id %s): %s",
@@ -438,7 +442,7 @@ class ChainletApp:
             )
             return await self._fail(request, 500, exc)
         except Exception as exc:
-            logger.exception("run_remote raised %s (request id %s)", type(exc).__name__, call.request_id)
+            logger.exception("run_remote's value could not be sent (request id %s)", call.request_id)
             return await self._fail(request, 500, exc)
         media_type = codec.BINARY_MEDIA_TYPE.encode() if binary else _JSON
         await send_bytes(request.send, 200, body, media_type, request.id_header)

@@ -258,9 +258,6 @@ class RouteServer:
                 else:
                     context = contextvars.copy_context()
                     value = await asyncio.to_thread(context.run, endpoint.call, method, arguments)
-            if route.stream is not None and isinstance(value, AsyncIterator):
-                return await self._stream(route, route.stream, request, value, by_name=by_name)
-            body = codec.encode_result(endpoint, value)
         except HTTPError as exc:
             await send_json(request.send, exc.status, exc.body, request.id_header)
             return exc.status
@@ -268,11 +265,18 @@ class RouteServer:
             if scope.expired() or passed(call.deadline):
                 return await self._fail(route, request, 504, self._deadline_error(route), by_name=by_name)
             return await self._fail(route, request, 500, exc, by_name=by_name)
+        except Exception as exc:  # a ValidationError too: one the body raised is its own failure
+            logger.exception("%s raised %s (request id %s)", route.name, type(exc).__name__, call.request_id)
+            return await self._fail(route, request, 500, exc, by_name=by_name)
+        if route.stream is not None and isinstance(value, AsyncIterator):
+            return await self._stream(route, route.stream, request, value, by_name=by_name)
+        try:
+            body = codec.encode_result(endpoint, value)
         except (pydantic.ValidationError, pydantic_core.PydanticSerializationError) as exc:
             logger.error("%s returned a value that does not match its annotation: %s", route.name, exc)
             return await self._fail(route, request, 500, exc, by_name=by_name)
         except Exception as exc:
-            logger.exception("%s raised %s (request id %s)", route.name, type(exc).__name__, call.request_id)
+            logger.exception("%s's value could not be sent (request id %s)", route.name, call.request_id)
             return await self._fail(route, request, 500, exc, by_name=by_name)
         await request.send(
             {

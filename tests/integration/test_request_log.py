@@ -107,3 +107,47 @@ def test_the_request_log_can_be_turned_off(tmp_path: Path) -> None:
         assert "chainlet Entry is ready" in cli.run("logs", "logged", "Entry").stdout
     finally:
         cli.run("stop", "logged", check=False)
+
+
+UNARY = """
+import pydantic
+
+import chains
+
+
+class Point(pydantic.BaseModel):
+    x: int
+
+
+@chains.mark_entrypoint("failing")
+class Entry(chains.ChainletBase):
+    async def run_remote(self, mode: str) -> int:
+        if mode == "own":
+            Point(x="not a number")  # the body's own ValidationError
+        return "not an int" if mode == "wrong" else 1  # type: ignore[return-value]
+"""
+
+
+def test_a_validation_error_the_body_raises_is_logged_as_raised_not_as_a_wrong_return(tmp_path: Path) -> None:
+    """Only a value the body returned can mismatch its annotation; a ValidationError raised
+    inside the body is the body's own failure, logged with its traceback in the user's file."""
+    cli = Cli(tmp_path / "home")
+    try:
+        file = write_chain(tmp_path / "chain", UNARY)
+        url = str(cli.push(str(file))["entrypoint_url"])
+        for mode in ("own", "wrong"):
+            assert httpx.post(url + "/run_remote", json={"mode": mode}, timeout=30).status_code == 500
+
+        def errors() -> list[str]:
+            logs = cli.run("logs", "failing", "Entry", "--lines", "500").stdout
+            return [line for line in logs.splitlines() if " ERROR " in line]
+
+        wait_until(lambda: len(errors()) >= 2, 30, "an error line for each failed call")
+        own, wrong = errors()[:2]
+        assert "run_remote raised ValidationError" in own
+        assert "does not match its annotation" not in own
+        assert "run_remote returned a value that does not match its annotation" in wrong
+        logs = cli.run("logs", "failing", "Entry", "--lines", "500").stdout
+        assert f'File "{file}", line 15, in run_remote' in logs
+    finally:
+        cli.run("stop", "failing", check=False)
