@@ -9,7 +9,7 @@ import inspect
 import os
 import warnings
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -153,18 +153,18 @@ class ChainHandle:
     endpoint: EndpointSpec
     state: ChainState
     api_key: str | None = None
-    _stub: StubBase | None = field(default=None, repr=False)
 
     def _client(self) -> StubBase:
-        if self._stub is None:
-            stub_cls = type(f"{self.endpoint.chainlet}Client", (StubBase,), {"endpoint": self.endpoint})
-            self._stub = stub_cls(
-                self.entrypoint_url,
-                name=self.endpoint.chainlet,
-                options=StubOptions(retries=2),
-                token=self.api_key,
-            )
-        return self._stub
+        # A stub per call: its HTTP session belongs to the event loop it was opened on, and
+        # call() runs each call on a loop of its own, in whichever thread calls it.
+        stub_cls = type(f"{self.endpoint.chainlet}Client", (StubBase,), {"endpoint": self.endpoint})
+        stub: StubBase = stub_cls(
+            self.entrypoint_url,
+            name=self.endpoint.chainlet,
+            options=StubOptions(retries=2),
+            token=self.api_key,
+        )
+        return stub
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
         """Call the entrypoint; a stream is collected into a list, and a structured stream
@@ -181,13 +181,17 @@ class ChainHandle:
             await client.aclose()
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the entrypoint from sync code; a stream is collected into a list."""
+        """Call the entrypoint from sync code, from any thread; a stream is collected into a list."""
         return asyncio.run(self.acall(*args, **kwargs))
 
     async def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """Call a streaming entrypoint and yield its items as they arrive."""
-        async for item in self._client().stream_remote(*args, **kwargs):
-            yield item
+        client = self._client()
+        try:
+            async for item in client.stream_remote(*args, **kwargs):
+                yield item
+        finally:
+            await client.aclose()
 
     def stop(self) -> None:
         stop_chain(self.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,16 @@ def test_push_a_class_call_it_and_stop_on_exit() -> None:
         assert chain.call(names=["Ada"]) == ["Hello, Ada!"]
         pids = [p.pid for p in chain.state.processes]
     assert not any(pid_alive(pid) for pid in pids)
+
+
+def test_the_handle_is_called_from_many_threads_at_once() -> None:
+    module, _ = import_chain_file(ROOT / "examples" / "hello" / "chain.py")
+    names = [f"n{i}" for i in range(16)]
+    with chains.push(module.Hello, name="api-threads") as chain:
+        assert chain.call(names=["warm"]) == ["Hello, warm!"]  # a call before, from this thread
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda name: chain.call(names=[name]), names))
+    assert answers == [[f"Hello, {name}!"] for name in names]
 
 
 def test_push_a_file_and_collect_a_stream() -> None:
