@@ -6,7 +6,7 @@ every other node's engine (``CHAINS_SWARM_NODES``: their addresses, space- or
 comma-separated; a swarm does not move images between nodes by itself:
 :mod:`chains.targets.swarm_nodes`), makes the chain's credentials swarm secrets
 (:mod:`chains.targets.swarm_secrets`), and runs ``docker stack deploy`` on the stack file that
-:func:`chains.targets.compose.swarm_document` describes:
+:func:`chains.targets.swarm_stack.swarm_document` describes:
 
 - one service per chainlet, its replicas placed by the swarm's scheduler, reached by its
   dependants through the swarm's DNS (``endpoint_mode: dnsrr``: round robin over the tasks'
@@ -46,7 +46,7 @@ from chains.errors import ChainsRuntimeError, ChainsUsageError
 from chains.model import Chain
 from chains.progress import Board, Stage
 from chains.targets import Capabilities, SettingGroup, Target, TargetKind, Wording
-from chains.targets.compose import DEFAULT_ENTRY_PORT, SWARM_NETWORK, project_name, swarm_document
+from chains.targets.compose import DEFAULT_ENTRY_PORT, project_name
 from chains.targets.docker_engine import LABEL, Engine, connect, engine_time
 from chains.targets.image_builds import build_images
 from chains.targets.logs import merge_followed
@@ -73,6 +73,7 @@ from chains.targets.swarm_nodes import (
 )
 from chains.targets.swarm_overlay import check_overlay
 from chains.targets.swarm_secrets import PushSecrets, chain_secrets, remove_unused_secrets
+from chains.targets.swarm_stack import SWARM_NETWORK, swarm_document
 from chains.targets.wiring import LABEL_NAME, PORT, ChainWiring, wire
 
 __all__ = ["SwarmTarget"]

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from chains.errors import ChainsUsageError
-from chains.targets.compose import SwarmTlsSecrets, swarm_secret_variables
 from chains.targets.docker_engine import LABEL, Engine
+from chains.targets.swarm_stack import SwarmTlsSecrets, swarm_secret_variables
 from chains.targets.wiring import ChainWiring
 
 __all__ = ["PushSecrets", "chain_secrets", "remove_unused_secrets"]

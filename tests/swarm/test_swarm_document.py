@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from chains.loader import load_chain
-from chains.targets.compose import SwarmTlsSecrets, swarm_document, swarm_secret_variables
+from chains.targets.swarm_stack import SwarmTlsSecrets, swarm_document, swarm_secret_variables
 from chains.targets.wiring import ChainWiring, wire
 from tests.exports.conftest import CHAINS
 from tests.exports.test_compose import compose_schema
