@@ -29,7 +29,7 @@ from chains.model import Chain
 from chains.streaming import STRUCTURED, UNARY, WEBSOCKET
 from chains_codegen.annotations import signature_source
 from chains_codegen.imports import Imports, natural_key
-from chains_codegen.layout import GENERATOR_VERSION, display_path
+from chains_codegen.layout import GENERATOR_VERSION, display_path, templates
 from chains_codegen.pysource import bracketed
 from chains_codegen.stubgen import run_remote_of
 
@@ -165,7 +165,7 @@ def generate_client(chain: Chain, source_file: Path, out_dir: Path) -> Generated
         imports.add_from("collections.abc", "AsyncGenerator")
     if endpoint.output_kind is STRUCTURED:
         imports.add_from("chains.streaming", async_returns.partition("[")[0])
-    env = _environment()
+    env = templates()
     out_dir.mkdir(parents=True, exist_ok=True)
     folder = out_dir / package
     folder.mkdir(exist_ok=True)
@@ -217,17 +217,6 @@ def sdk_requirement() -> str:
         return released
     path = Path(unquote(parts.path))
     return shlex.quote(str(path)) if path.exists() else released
-
-
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("chains_codegen", "templates"),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
 
 
 def _names_in(texts: list[str]) -> set[str]:

@@ -26,7 +26,7 @@ from chains.package_dirs import package_dirs
 from chains_codegen.descriptor import DESCRIPTOR, chainlet_descriptor, descriptor_text, read_descriptor
 from chains_codegen.ignore import check_source_size, max_source_bytes, source_files
 from chains_codegen.imports import Imports
-from chains_codegen.layout import STUBS_PACKAGE, header, stub_class_name, stub_module_name
+from chains_codegen.layout import STUBS_PACKAGE, header, stub_class_name, stub_module_name, templates
 from chains_codegen.pysource import bracketed
 from chains_codegen.stubgen import StubModule, render_stub
 from chains_codegen.versions import code_version, file_digest
@@ -61,17 +61,6 @@ class GeneratedChain:
     out_dir: Path
     entrypoint: str
     chainlets: Mapping[str, GeneratedChainlet]
-
-
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("chains_codegen", "templates"),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
 
 
 def generate(
@@ -110,7 +99,7 @@ def generate(
         )
     check_source_size(folder, files, max_source_bytes())
     src = _SourceTree(files)
-    env = _environment()
+    env = templates()
     # Everything is rendered before anything is written: a chainlet that cannot be generated
     # leaves the previous output as it was.
     rendered = {

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from chains_codegen.generator import _environment
 from chains_codegen.imports import Imports
+from chains_codegen.layout import templates
 from chains_codegen.pysource import bracketed, expression
 
 DOCUMENTED = [f"chains_codegen.{name}" for name in ("pysource", "imports", "ignore", "layout", "descriptor")]
@@ -26,7 +26,7 @@ def test_docstring_examples(module: str) -> None:
 
 def _ruff(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "ruff.toml").write_text(
-        _environment()
+        templates()
         .get_template("ruff.toml.jinja")
         .render(header="#", first_party=["chain", "chains_stubs"])
     )
