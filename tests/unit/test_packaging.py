@@ -24,6 +24,22 @@ def _run(*args: str, cwd: Path = ROOT) -> str:
     return result.stdout
 
 
+def _install(wheel: Path, target: Path) -> None:
+    """``wheel`` alone (no dependencies, offline) into the folder ``target``."""
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-index",
+        "--target",
+        str(target),
+        str(wheel),
+    )
+
+
 def _editable_wheel(tmp_path: Path) -> Path:
     """The wheel ``pip install -e .`` installs, from the build backend's hook (PEP 660), offline."""
     pytest.importorskip("hatchling", reason="the build backend is in the dev extra: pip install -e '.[dev]'")
@@ -68,27 +84,16 @@ def test_the_wheel_installs_only_the_projects_packages(wheel: Path) -> None:
 
 def test_the_installed_wheel_generates_from_its_own_templates(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
-    _run(
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-deps",
-        "--no-index",
-        "--target",
-        str(target),
-        str(wheel),
-    )
+    _install(wheel, target)
     assert {path.name for path in target.iterdir() if not path.name.endswith(".dist-info")} == PACKAGES | {
         "bin"
     }
     # The installed copy comes first on the path: the one imported, not this checkout.
     script = (
         f"import sys; sys.path.insert(0, {str(target)!r})\n"
-        "import jinja2, chains_codegen.generator as g\n"
+        "import jinja2, chains_codegen.layout as g\n"
         "print(g.__file__)\n"
-        "print(g._environment().get_template('server.py.jinja').filename)\n"
+        "print(g.templates().get_template('server.py.jinja').filename)\n"
     )
     module, template = _run(sys.executable, "-c", script).splitlines()
     assert Path(module).is_relative_to(target) and Path(template).is_relative_to(target)
@@ -97,18 +102,7 @@ def test_the_installed_wheel_generates_from_its_own_templates(wheel: Path, tmp_p
 def test_an_editable_install_finds_the_generator_in_the_checkouts_codegen_folder(tmp_path: Path) -> None:
     editable = _editable_wheel(tmp_path)
     target = tmp_path / "site"
-    _run(
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-deps",
-        "--no-index",
-        "--target",
-        str(target),
-        str(editable),
-    )
+    _install(editable, target)
     # Without this interpreter's own site-packages (-S), only what the editable wheel adds.
     script = (
         f"import site; site.addsitedir({str(target)!r})\n"
