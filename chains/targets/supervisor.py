@@ -5,7 +5,7 @@ restarted (or replaced) process serves the same port and calls made in between w
 socket's backlog instead of being refused. It restarts crashed chainlets with backoff (a
 crash loop is retried ever more slowly, up to every 5 minutes, its port answering 503 at
 once meanwhile), restarts hung ones (:mod:`chains.targets.liveness`), stops every process a
-chainlet started with it (a process group each), records what runs in ``state.json``, and takes
+chainlet started with it (:mod:`chains.targets.descendants`), records what runs in ``state.json``, and takes
 commands (``replace``, ``restart``, ``stop``, ``state``, and ``entry_socket``, which hands the entrypoint's
 listening socket to the deployment replacing this one) on a unix socket.
 
@@ -25,10 +25,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from chains.server.loop_watch import BEAT_FILE_ENV, THRESHOLD_ENV
 from chains.server.memory_errors import BOUND_ENV
@@ -38,11 +37,12 @@ from chains.targets.control_sockets import (
     send_entry_socket,
     take_entry_socket,
 )
+from chains.targets.descendants import Descendants
 from chains.targets.down_answer import DownAnswer
 from chains.targets.exits import describe_exit, die_with, kill_group, oom_kill_count
 from chains.targets.liveness import LivenessPolicy, Probation
 from chains.targets.log_writer import LogLimits, LogPipe, RotatingLog
-from chains.targets.memory_limits import MemoryBound, MemoryBounds
+from chains.targets.memory_limits import MemoryBound
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
@@ -69,8 +69,6 @@ ANSWER_WHILE_DOWN_SEC = 2.0
 # The longest wait between two starts of a crash-looping replica (Kubernetes' CrashLoopBackOff cap).
 MAX_BACKOFF_SEC = 300.0
 _POLL_SEC = 0.05
-# Run by path: it imports nothing of chains, so that it starts in milliseconds.
-REAPER = Path(__file__).with_name("reaper.py")
 
 
 @dataclass
@@ -109,18 +107,13 @@ class Supervisor:
         self._spawned = 0
         self._ready_files: dict[int, Path] = {}
         self._identities: dict[int, str | None] = {}
-        self._preexec = die_with(os.getpid())
+        self._descendants = Descendants(tie=die_with(os.getpid()), say=_say)
         self.identity = process_identity(os.getpid())
         self.write_error: str | None = None  # why the last state write failed, until one succeeds
         self.liveness = LivenessPolicy.from_environment(os.environ)
         self.log_limits = LogLimits.from_environment(os.environ)
         self._connecting: set[asyncio.Future[Any]] = set()
         self._log_pipes: set[LogPipe] = set()
-        self._memory: MemoryBounds | None = None  # found at the first chainlet with a bound
-        self._bounds: dict[int, MemoryBound] = {}  # by pid, until the process's group is ended
-        self._unremoved: list[MemoryBound] = []  # groups still busy when ended, retried
-        self._reaper: subprocess.Popen[bytes] | None = None
-        self._reaper_identity: str | None = None
         self._fencing: set[asyncio.Future[None]] = set()  # a reference until each fence is up
 
     # -- setup -------------------------------------------------------------------------------
@@ -205,11 +198,9 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             pass_fds=(fd,),
-            preexec_fn=self._preexec_with(bound),
+            preexec_fn=self._descendants.preexec(bound),
         )
-        if bound is not None:
-            self._bounds[process.pid] = bound
-        self._tell_reaper(f"+ {process.pid} {bound.group if bound and bound.group else ''}")
+        self._descendants.started(process.pid, bound)
         assert process.stdout is not None
         self._log_pipes = {p for p in self._log_pipes if not p.ended.is_set()}
         pipe = LogPipe(replica.log)
@@ -229,80 +220,20 @@ class Supervisor:
         limit = replica.spec.memory_limit
         if limit is None:
             return None
-        if self._memory is None:
-            self._memory = MemoryBounds.find()
         deployment = self.deployment
         name = (
             f"chains-{deployment.chain}-{deployment.id}-{replica.spec.name}-{replica.index}-{self._spawned}"
         )
-        bound = self._memory.for_process(name, limit)
+        bound = self._descendants.bound_for(name, limit)
         if not replica.bound_said:
             replica.bound_said = True
-            why = "" if bound.group is not None else f" ({self._memory.why}: allocations past it fail)"
+            why = (
+                ""
+                if bound.group is not None
+                else f" ({self._descendants.unbounded_why}: allocations past it fail)"
+            )
             self._log(replica, f"memory bounded at {bound.describe()}{why}")
         return bound
-
-    def _preexec_with(self, bound: MemoryBound | None) -> Callable[[], None] | None:
-        tie = self._preexec
-        if bound is None:
-            return tie
-
-        def preexec() -> None:
-            if tie is not None:
-                tie()
-            bound.enter()
-
-        return preexec
-
-    def _end_group(self, pid: int) -> None:
-        """Kill what is left of the process ``pid`` started: its process group, its memory
-        cgroup (which holds even a helper that left the group); then forget them."""
-        kill_group(pid)
-        bound = self._bounds.pop(pid, None)
-        if bound is not None and not bound.remove(wait=0.2):
-            self._unremoved.append(bound)
-        self._tell_reaper(f"- {pid}")
-
-    def _remove_unremoved(self, wait: float = 0.0) -> None:
-        self._unremoved = [b for b in self._unremoved if not b.remove(wait=wait)]
-
-    def _start_reaper(self) -> None:
-        """The watch that ends the chainlets' helpers when this process dies (:mod:`reaper`)."""
-        try:
-            self._reaper = subprocess.Popen(
-                [sys.executable, "-I", str(REAPER)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                start_new_session=True,  # not in the way of a Ctrl-C meant for this process
-            )
-            self._reaper_identity = process_identity(self._reaper.pid)
-        except OSError as exc:
-            _say(f"cannot start the reaper ({exc}): helpers of its chainlets outlive a killed supervisor")
-
-    def _tell_reaper(self, line: str) -> None:
-        reaper = self._reaper
-        if reaper is None or reaper.stdin is None:
-            return
-        try:
-            reaper.stdin.write(line.encode() + b"\n")
-            reaper.stdin.flush()
-        except OSError as exc:  # it was killed: the supervising goes on without it
-            _say(f"the reaper is gone ({exc}): helpers of its chainlets outlive a killed supervisor")
-            self._reaper = None
-
-    def _stop_reaper(self) -> None:
-        reaper, self._reaper = self._reaper, None
-        if reaper is None:
-            return
-        stdin: IO[bytes] | None = reaper.stdin
-        if stdin is not None:
-            with contextlib.suppress(OSError):
-                stdin.close()
-        try:
-            reaper.wait(5)
-        except subprocess.TimeoutExpired:
-            reaper.kill()
-            reaper.wait()
 
     def _is_ready(self, process: subprocess.Popen[bytes]) -> bool:
         return process.poll() is None and self._ready_files[process.pid].exists()
@@ -324,7 +255,7 @@ class Supervisor:
         now = time.monotonic()
         for old in list(replica.retiring):
             if old.poll() is not None:
-                self._end_group(old.pid)  # what the replaced process started
+                self._descendants.end(old.pid)  # what the replaced process started
                 replica.retiring.remove(old)
         if replica.process is None:
             if replica.restart_at is not None and now >= replica.restart_at and not self.stopping:
@@ -349,7 +280,7 @@ class Supervisor:
         # The process is gone without being asked to go; so is whatever it started (once its
         # cgroup's record of an out-of-memory kill is read).
         why = replica.killed_because or self._exit_words(replica, code)
-        self._end_group(replica.process.pid)
+        self._descendants.end(replica.process.pid)
         replica.process = None
         replica.fenced = False  # its port keeps the fence's answer (if any) until its next start
         if replica.probation is not None:
@@ -387,7 +318,7 @@ class Supervisor:
         self.write_state()
 
     def _exit_words(self, replica: _Replica, code: int) -> str:
-        bound = self._bounds.get(replica.process.pid) if replica.process is not None else None
+        bound = self._descendants.bound_of(replica.process.pid) if replica.process is not None else None
         if bound is not None and bound.group is not None:
             # The process's own cgroup counts its out-of-memory kills: no guess from the machine's.
             return describe_exit(code, bound.oom_kills(), bound.describe())
@@ -556,7 +487,7 @@ class Supervisor:
                     kill_group(replica.process.pid)
                     replica.process.kill()
                     replica.process.wait()
-                    self._end_group(replica.process.pid)
+                    self._descendants.end(replica.process.pid)
                 replica.crashes = 0
                 replica.restart_at = None
                 replica.ever_ready = False
@@ -627,7 +558,7 @@ class Supervisor:
                     for _, started in fresh:
                         started.kill()
                         started.wait()
-                        self._end_group(started.pid)
+                        self._descendants.end(started.pid)
                     raise RuntimeError(
                         f"the new {chainlet} did not become ready (exit code {process.poll()}); "
                         f"see {replica.log_path}"
@@ -669,8 +600,8 @@ class Supervisor:
             local=LocalRecord(
                 supervisor_pid=os.getpid(),
                 supervisor_identity=self.identity,
-                reaper_pid=self._reaper.pid if self._reaper else None,
-                reaper_identity=self._reaper_identity,
+                reaper_pid=self._descendants.reaper_pid,
+                reaper_identity=self._descendants.reaper_identity,
             ),
             processes=[r.record for r in self.replicas],
             grace_sec=self.deployment.grace_sec,
@@ -785,7 +716,7 @@ class Supervisor:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-            self._end_group(process.pid)
+            self._descendants.end(process.pid)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -803,7 +734,7 @@ class Supervisor:
         finally:
             os.umask(umask)
         self.open_sockets()
-        self._start_reaper()
+        self._descendants.watch()
         for replica in self.replicas:
             self.start(replica)
         self.write_state()
@@ -811,15 +742,13 @@ class Supervisor:
             while not self.stopping:
                 for replica in self.replicas:
                     await self._check(replica)
-                if self._unremoved:
-                    self._remove_unremoved()
+                self._descendants.sweep()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopped.wait(), _POLL_SEC)
         finally:
             server.close()
             await self._shutdown()
-            self._remove_unremoved(wait=2.0)
-            self._stop_reaper()
+            self._descendants.close()
             control_path.unlink(missing_ok=True)
 
 
