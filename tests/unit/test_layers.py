@@ -23,6 +23,8 @@ LAYERS: dict[str, int] = {
             "chains.scaffold",
             "chains.watch",
             "chains.ui",
+            # Truss's push, which calls chains.deploy's.
+            "chains.truss_compat.push",
         ],
         7,
     ),
@@ -70,6 +72,8 @@ LAYERS: dict[str, int] = {
             "chains.batching",
             "chains.batcher",
             "chains.pydantic_numpy",
+            # Truss's names, error fields and config spellings; its push is in layer 7.
+            "chains.truss_compat",
         ],
         2,
     ),
