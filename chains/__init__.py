@@ -49,14 +49,16 @@ from chains.errors import (
     StreamProtocolError,
 )
 from chains.routes import Header, HTTPError, Query, route
-from chains.rpc_options import RPCOptions, StubOptions  # RPCOptions: Truss's name, an alias
+from chains.rpc_options import StubOptions
 from chains.streaming import SSE, StreamTypes, stream_reader, stream_types, stream_writer
+from chains.truss_compat.names import RPCOptions, baseten_only_message
 from chains.websocket.protocol import WebSocketProtocol
 
 if TYPE_CHECKING:
-    from chains.deploy import StreamContents, push
+    from chains.deploy import StreamContents
     from chains.local import run_local
     from chains.stubs import StubBase
+    from chains.truss_compat.push import push
     from chains.websocket.disconnect import WebSocketDisconnect
 
 __version__ = "0.1.0"
@@ -67,7 +69,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "StreamContents": "chains.deploy",
     "StubBase": "chains.stubs",
-    "push": "chains.deploy",
+    # Truss Chains' push (its chain name by position, its Baseten-only options), which maps
+    # onto chains.deploy.push: Truss files call chains.push so.
+    "push": "chains.truss_compat.push",
     "run_local": "chains.local",
     # imports starlette when it is installed (to subclass its exception): not for every chain file
     "WebSocketDisconnect": "chains.websocket.disconnect",
@@ -122,16 +126,6 @@ __all__ = [
 ]
 
 
-# Truss Chains names for what only Baseten runs: a file using them is told so by name.
-_BASETEN_ONLY = {
-    "EngineBuilderLLMChainlet": "a TensorRT-LLM engine that Baseten builds and serves",
-    "EngineBuilderLLMInput": "the input of a TensorRT-LLM engine that Baseten builds and serves",
-    "TrussChainlet": "a Truss directory deployed on Baseten as a member of the chain",
-    "WeightsSource": "weights that Baseten mirrors at deployment",
-    "Environment": "a Baseten deployment environment",
-}
-
-
 # What the protocol and the checks use, kept out of the names a chain file writes: each is
 # imported from chains.errors, which the refusal below names.
 _ERRORS_ONLY = frozenset(
@@ -156,12 +150,9 @@ def __getattr__(name: str) -> Any:
                 name=name,
                 obj=sys.modules[__name__],
             )
-        if name in _BASETEN_ONLY:
-            raise ChainsUsageError(
-                f"chains.{name} is {_BASETEN_ONLY[name]}: it runs on Baseten only, which chains "
-                "cannot deploy to. Deploy that part with Truss Chains, and call it from this chain "
-                "by URL (a chains.StubBase with from_url); see docs/migrating-from-truss.md"
-            )
+        refusal = baseten_only_message(name)
+        if refusal is not None:
+            raise ChainsUsageError(refusal)
         raise AttributeError(f"module 'chains' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function

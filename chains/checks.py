@@ -34,7 +34,7 @@ from chains.model import (
     is_model,
 )
 from chains.routes import check_routes
-from chains.rpc_options import StubOptions
+from chains.truss_compat.names import written_name
 
 __all__ = [
     "NAME_RE",
@@ -299,10 +299,11 @@ def _check_init(cls: type, locator: Locator, *, final: bool) -> tuple[list[Viola
 
 
 def _named(value: Any) -> str:
-    """``value`` as its author wrote it: ``RPCOptions`` is Truss's (and chains') public name of
-    ``StubOptions``."""
-    if value is StubOptions:
-        return "chains.RPCOptions (the options of a call, not a chainlet)"
+    """``value`` as its author wrote it (``chains.RPCOptions`` for ``StubOptions``, its name in
+    Truss files and chains' public names alike)."""
+    written = written_name(value)
+    if written is not None:
+        return f"{written} (the options of a call, not a chainlet)"
     return repr(value)
 
 

@@ -17,6 +17,13 @@ import pydantic
 
 from chains.errors import ChainsUsageError
 from chains.origins import check_origin
+from chains.truss_compat.config import (
+    ASSETS_POSITIONAL,
+    COMPUTE_POSITIONAL,
+    by_position,
+    compute_fields,
+    docker_image_fields,
+)
 
 __all__ = [
     "Assets",
@@ -149,7 +156,8 @@ class DockerImage(_Config):
     base_image: str | BasetenImage | CustomImage | None = None
     pip_requirements: list[str] = pydantic.Field(default_factory=list)
     requirements_file: str | None = None
-    # Truss Chains' older name for ``requirements_file``; folded into it on construction.
+    # Truss Chains' older name for ``requirements_file``, declared for type checkers: the
+    # compatibility layer folds it into requirements_file, so it is always None here.
     pip_requirements_file: str | None = None
     apt_requirements: list[str] = pydantic.Field(default_factory=list)
     data_dir: str | None = None
@@ -173,12 +181,8 @@ class DockerImage(_Config):
 
     @pydantic.model_validator(mode="before")
     @classmethod
-    def _fold_pip_requirements_file(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not data.get("pip_requirements_file"):
-            return data
-        if data.get("requirements_file"):
-            raise ValueError("give requirements_file or pip_requirements_file (its older name), not both")
-        return {**data, "requirements_file": data["pip_requirements_file"], "pip_requirements_file": None}
+    def _older_names(cls, data: Any) -> Any:
+        return docker_image_fields(data)
 
     @property
     def base_image_reference(self) -> str | None:
@@ -211,10 +215,6 @@ class Autoscale(_Config):
         if low is not None and value < low:
             raise ValueError(f"max_replicas must be at least min_replicas ({low})")
         return value
-
-
-# Truss Chains' positional order, so that ``Compute(2, "4Gi", "A10G")`` means the same here.
-_COMPUTE_POSITIONAL = ("cpu_count", "memory", "gpu", "gpu_count", "predict_concurrency", "instance_type")
 
 
 class Compute(_Config):
@@ -258,34 +258,13 @@ class Compute(_Config):
     else:
 
         def __init__(self, *args: Any, **data: Any) -> None:
-            if len(args) > len(_COMPUTE_POSITIONAL):
-                raise ChainsUsageError(
-                    f"Compute takes at most {len(_COMPUTE_POSITIONAL)} positional arguments "
-                    f"({', '.join(_COMPUTE_POSITIONAL)}), got {len(args)}"
-                )
-            for name, value in zip(_COMPUTE_POSITIONAL, args, strict=False):
-                if name in data:
-                    raise ChainsUsageError(f"Compute got {name} both by position and by name")
-                data[name] = value
-            super().__init__(**data)
+            # The positional order and the older names are Truss Chains' (chains.truss_compat).
+            super().__init__(**by_position("Compute", COMPUTE_POSITIONAL, args, data))
 
     @pydantic.model_validator(mode="before")
     @classmethod
-    def _predict_concurrency(cls, data: Any) -> Any:
-        # Truss Chains' name for ``concurrency``; "cpu_count" there means one call per CPU.
-        if not isinstance(data, dict) or "predict_concurrency" not in data:
-            return data
-        data = dict(data)
-        value = data.pop("predict_concurrency")
-        if value is None:
-            return data
-        if "concurrency" in data:
-            raise ValueError("give concurrency or predict_concurrency (Truss Chains' name for it), not both")
-        if value == "cpu_count":
-            cpus = data.get("cpu_count", 1)
-            value = max(1, int(cpus)) if isinstance(cpus, int | float) else cpus
-        data["concurrency"] = value
-        return data
+    def _older_names(cls, data: Any) -> Any:
+        return compute_fields(data)
 
     @pydantic.field_validator("gpu")
     @classmethod
@@ -374,10 +353,8 @@ class Assets(_Config):
     else:
 
         def __init__(self, *args: Any, **data: Any) -> None:
-            # Truss Chains' positional order.
-            for name, value in zip(("cached", "secret_keys", "external_data", "weights"), args, strict=False):
-                data[name] = value
-            super().__init__(**data)
+            # Truss Chains' positional order (chains.truss_compat).
+            super().__init__(**by_position("Assets", ASSETS_POSITIONAL, args, data))
 
     @pydantic.field_validator("secret_keys")
     @classmethod
@@ -461,7 +438,8 @@ class RemoteConfig(_Config):
 def make_abs_path_here(file_path: str) -> str:
     """``file_path`` made absolute against the folder of the module that calls this.
 
-    Truss Chains' helper, for configuration kept next to a chainlet in a module of its own::
+    For configuration kept next to a chainlet in a module of its own (Truss Chains has a
+    helper of the same name, which chains' messages about paths recommend to everyone)::
 
         # in helpers/whisper.py
         image = chains.DockerImage(requirements_file=chains.make_abs_path_here("requirements.txt"))

@@ -346,24 +346,9 @@ def _locked(name: str) -> contextlib.AbstractContextManager[None]:
     return chain_lock(name, float(os.environ.get(LOCK_WAIT_ENV) or _LOCK_WAIT_SEC))
 
 
-# Truss Chains' push() parameters after the chain name, in their order; Baseten-only here.
-_BASETEN_PUSH_POSITIONAL = (
-    "publish",
-    "promote",
-    "only_generate_trusses",
-    "remote",
-    "environment",
-    "progress_bar",
-    "include_git_info",
-    "disable_chain_download",
-)
-_BASETEN_PUSH_OPTIONS = frozenset(_BASETEN_PUSH_POSITIONAL)
-
-
 def push(
     entrypoint: type[ChainletBase] | str | Path,
-    chain_name: str | None = None,
-    *baseten_only: Any,
+    *,
     target: str = "local",
     name: str | None = None,
     secrets: Mapping[str, str] | None = None,
@@ -371,7 +356,6 @@ def push(
     timeout: float = 60.0,
     api_key: str | None = None,
     cors_origins: Iterable[str] = (),
-    **baseten_options: Any,
 ) -> ChainHandle:
     """Check, generate and start the chain of ``entrypoint`` (a chainlet class or a file).
 
@@ -379,29 +363,12 @@ def push(
     (besides the entrypoint's ``RemoteConfig(cors_origins=...)``). Returns once every
     chainlet is ready::
 
-        with chains.push(Entry, name="demo") as chain:
+        with chains.deploy.push(Entry, name="demo") as chain:
             assert chain.call(prompt="hi")
 
-    Truss Chains' call ``chains.push(Entry, "demo")`` names the chain the same way; its
-    Baseten-only options (``publish``, ``promote``, ``environment``, ...) are accepted and
-    named in a warning, as they mean nothing off Baseten.
+    ``chains.push`` is this push behind ``chains.truss_compat.push``, which takes Truss
+    Chains' arguments too (the chain name by position, its Baseten-only options).
     """
-    if chain_name is not None and name is not None and chain_name != name:
-        raise ChainsUsageError(f"push got two chain names, {chain_name!r} and {name!r}; give one")
-    name = name or chain_name
-    ignored = [*_BASETEN_PUSH_POSITIONAL[: len(baseten_only)], *sorted(baseten_options)]
-    unknown = sorted(set(baseten_options) - _BASETEN_PUSH_OPTIONS)
-    if unknown or len(baseten_only) > len(_BASETEN_PUSH_POSITIONAL):
-        raise ChainsUsageError(
-            f"push() got unexpected arguments: {', '.join(unknown or ignored)}; it takes the entrypoint, "
-            "the chain name, and target=, name=, secrets=, port=, timeout=, api_key=, cors_origins="
-        )
-    if ignored:
-        warnings.warn(
-            f"chains.push: {', '.join(ignored)} are Baseten-only options of Truss Chains and are "
-            f"ignored on the {target} target",
-            stacklevel=2,
-        )
     if isinstance(entrypoint, str | Path):
         source = Path(entrypoint)
         chain = load_chain(source, name=name)

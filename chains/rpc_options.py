@@ -5,9 +5,8 @@ One options type, :class:`StubOptions`, serves both kinds of stub: a chainlet's 
 
     llm = LLM.from_url(url, context, options=chains.StubOptions(retries=3, timeout_sec=30))
 
-``RPCOptions`` is Truss Chains' name for it, kept as an alias of the same class so that a
-Truss file's ``chains.RPCOptions(...)`` works unchanged; the class is named ``StubOptions``
-in messages, reprs and these docs.
+Truss Chains' name for it, an alias of the same class, is in ``chains.truss_compat.names``;
+the class is named ``StubOptions`` in messages, reprs and these docs.
 
 It depends on nothing in chains but the errors, so that the deployment context can carry
 options without loading the HTTP clients.
@@ -24,7 +23,6 @@ __all__ = [
     "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT_SEC",
     "CallOptions",
-    "RPCOptions",
     "StubOptions",
     "option_problems",
 ]
@@ -107,8 +105,3 @@ class StubOptions:
             marker.use_binary,
             retry_user_errors or marker.retry_user_errors,
         )
-
-
-# Truss Chains' name for the same class (``truss_chains.RPCOptions``): an alias, not a second
-# type, so ``isinstance`` and the checks treat both spellings alike.
-RPCOptions = StubOptions

@@ -14,7 +14,7 @@ import pydantic
 
 from chains.errors.hierarchy import ChainsRuntimeError, GenericRemoteException
 from chains.errors.rebuild import PUBLIC_MODULE, layout, remote_class
-from chains.errors.tracebacks import FRAME, user_traceback
+from chains.errors.tracebacks import user_traceback
 
 __all__ = ["ErrorDetail", "RemoteError"]
 
@@ -69,19 +69,6 @@ class ErrorDetail(pydantic.BaseModel):
             cause=cause,
             status=status,
         )
-
-    def truss_fields(self) -> dict[str, Any]:
-        """Truss Chains' ``RemoteErrorDetail`` fields for this failure, for callers that parse
-        them: the type, its module, the message and the user's stack frames."""
-        return {
-            "exception_cls_name": self.exc_type,
-            "exception_module_name": None if self.exc_module == "builtins" else self.exc_module,
-            "exception_message": self.message,
-            "user_stack_trace": [
-                {"filename": file, "lineno": int(line), "name": name, "line": code or None}
-                for file, line, name, code in FRAME.findall(self.traceback)
-            ],
-        }
 
     def public(self, request_id: str = "") -> ErrorDetail:
         """What a caller outside the chain is shown of this failure: the type and message it

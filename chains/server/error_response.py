@@ -15,6 +15,7 @@ from chains.server.asgi import send_json
 from chains.server.memory_errors import memory_message, note_failure
 from chains.server.request import Request
 from chains.source_map import in_user_files
+from chains.truss_compat.errors import error_body
 
 if TYPE_CHECKING:
     from chains.tracing.spans import Tracing
@@ -57,7 +58,8 @@ async def send_error(
             # load on the dependency that is already overloaded.
             status = 503
             headers = [(b"retry-after", _retry_after(exc)), *headers]
-    body: dict[str, Any] = {"error": {**detail.model_dump(mode="json"), **detail.truss_fields()}}
+    # Truss callers parse the same failure by their own field names (chains.truss_compat.errors).
+    body: dict[str, Any] = {"error": error_body(detail)}
     if detail.status is not None and status == 500:
         # An HTTPException's status and detail, as FastAPI would answer them.
         status = detail.status

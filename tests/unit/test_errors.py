@@ -310,21 +310,6 @@ def test_a_remote_error_of_the_users_own_type_is_a_generic_remote_exception() ->
     assert isinstance(builtin, KeyError) and not isinstance(builtin, chains.GenericRemoteException)
 
 
-def test_truss_fields_name_the_type_module_message_and_user_frames() -> None:
-    def failing() -> None:
-        raise ValueError("bad input")
-
-    try:
-        failing()
-    except ValueError as exc:
-        fields = ErrorDetail.from_exception(exc, "Words").truss_fields()
-    assert (fields["exception_cls_name"], fields["exception_module_name"]) == ("ValueError", None)
-    assert fields["exception_message"] == "bad input"
-    last = fields["user_stack_trace"][-1]
-    assert last["name"] == "failing" and last["line"] == 'raise ValueError("bad input")'
-    assert last["filename"].endswith("test_errors.py") and last["lineno"] > 0
-
-
 def test_a_failed_pip_step_leads_with_the_requirement_pip_could_not_find() -> None:
     tail = [
         "Step 5/9 : RUN pip install -r requirements.txt",

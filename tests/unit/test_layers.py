@@ -23,6 +23,8 @@ LAYERS: dict[str, int] = {
             "chains.scaffold",
             "chains.watch",
             "chains.ui",
+            # Truss's push, which calls chains.deploy's.
+            "chains.truss_compat.push",
         ],
         7,
     ),
@@ -70,6 +72,8 @@ LAYERS: dict[str, int] = {
             "chains.batching",
             "chains.batcher",
             "chains.pydantic_numpy",
+            # Truss's names, error fields and config spellings; its push is in layer 7.
+            "chains.truss_compat",
         ],
         2,
     ),
@@ -255,3 +259,126 @@ def test_nothing_outside_the_targets_names_a_target() -> None:
     ]
     assert found == [], "ask the target (chains.targets.target(name)) instead:\n" + "\n".join(found)
     assert len(found) == 0
+
+
+# Truss Chains' names, which chains.truss_compat maps onto chains' own: its push arguments,
+# its error-body fields, its names of chains' classes and its older config field names.
+TRUSS_NAMES = frozenset(
+    {
+        "RPCOptions",
+        "chain_name",
+        "publish",
+        "promote",
+        "only_generate_trusses",
+        "progress_bar",
+        "include_git_info",
+        "disable_chain_download",
+        "exception_cls_name",
+        "exception_module_name",
+        "exception_message",
+        "user_stack_trace",
+        "predict_concurrency",
+        "pip_requirements_file",
+    }
+)
+
+# The core that must speak chains' names alone, and what each may still spell of Truss's.
+# config.py keeps the Baseten-only settings a chainlet declares (BasetenImage, the server
+# version override), which the Truss export writes, and declares the older keywords for type
+# checkers (their mapping is the layer's).
+CORE: dict[str, frozenset[str]] = {
+    "chains/deploy.py": frozenset(),
+    "chains/config.py": frozenset(
+        {"BasetenImage", "truss_server_version_override", "predict_concurrency", "pip_requirements_file"}
+    ),
+    "chains/errors": frozenset(),
+}
+
+
+def _exported(tree: ast.AST) -> set[int]:
+    """The strings of ``__all__``: names a module exports, identifiers written as strings."""
+    found = set()
+    for node in ast.walk(tree):
+        names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        if isinstance(node, ast.Assign) and "__all__" in names:
+            found.update(id(c) for c in ast.walk(node.value) if isinstance(c, ast.Constant))
+    return found
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def truss_names(source: str, allowed: frozenset[str] = frozenset()) -> list[str]:
+    """Where ``source`` spells one of Truss's names, or anything named truss or baseten: as an
+    identifier (a variable, attribute, function, parameter, keyword or imported name) or in a
+    string that is not a docstring. Comments and docstrings may tell where the layer is; the
+    import of the layer itself is the seam, not a use of Truss's names. ``allowed`` names
+    may be identifiers (a field, a parameter), not strings."""
+    tree = ast.parse(source)
+    docstrings = _docstrings(tree)
+    exported = _exported(tree)
+    found = []
+    for node in ast.walk(tree):
+        spelled: list[str] = []
+        if isinstance(node, ast.Name):
+            spelled = [node.id]
+        elif isinstance(node, ast.Attribute):
+            spelled = [node.attr]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            spelled = [node.name]
+        elif isinstance(node, ast.arg) or (isinstance(node, ast.keyword) and node.arg is not None):
+            spelled = [node.arg or ""]
+        elif isinstance(node, ast.ImportFrom) and not (node.module or "").startswith("chains.truss_compat"):
+            spelled = [alias.asname or alias.name for alias in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            spelled = [node.value]
+        # What a core module may spell it may name, never hold as data (a key it maps).
+        exempt = allowed if not isinstance(node, ast.Constant) or id(node) in exported else frozenset()
+        for text in spelled:
+            named = text in TRUSS_NAMES or any(w in text.lower() for w in ("truss", "baseten"))
+            if named and text not in exempt:
+                found.append(f"line {getattr(node, 'lineno', '?')}: {text}")
+    return found
+
+
+def test_the_rule_finds_truss_names_in_code_and_not_in_docstrings() -> None:
+    source = (
+        '"""Truss Chains\' push lives in the layer."""\n'
+        "from chains.truss_compat.push import push\n"
+        "from chains.rpc_options import RPCOptions\n"
+        "def push_it(*baseten_only: object, publish: bool = False) -> None:\n"
+        '    """Not Truss\'s."""\n'
+        '    fields = {"exception_cls_name": 1}\n'
+        '    warn(f"{baseten_only} are Baseten-only")\n'
+        "    image = BasetenImage.PY311\n"
+    )
+    found = sorted(truss_names(source))
+    assert found == [
+        "line 3: RPCOptions",
+        "line 4: baseten_only",
+        "line 4: publish",
+        "line 6: exception_cls_name",
+        "line 7:  are Baseten-only",
+        "line 7: baseten_only",
+        "line 8: BasetenImage",
+    ]
+    assert sorted(truss_names(source, frozenset({"BasetenImage"}))) == found[:-1]
+    # An allowed name is still found as data: a core module may declare it, not map it.
+    assert truss_names('data.pop("publish")\n', frozenset({"publish"})) == ["line 1: publish"]
+
+
+def test_the_core_speaks_chains_names_and_leaves_truss_names_to_the_layer() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}, {where}"
+        for core, allowed in CORE.items()
+        for path in sorted([ROOT / core] if core.endswith(".py") else (ROOT / core).glob("**/*.py"))
+        for where in truss_names(path.read_text(encoding="utf-8"), allowed)
+    ]
+    assert found == [], "map Truss's names in chains/truss_compat/ instead:\n" + "\n".join(found)
