@@ -17,7 +17,6 @@ Accept header asks for) is returned as it is produced. See docs/deploy.md for th
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import shutil
 import urllib.parse
@@ -37,6 +36,7 @@ from chains.targets import SettingGroup, Target, TargetKind
 from chains.targets.files import export_code, header, is_ours, regenerate_command
 from chains.targets.k8s_manifests import cpu_quantity, memory_quantity
 from chains.targets.options import TrussOptions
+from chains.targets.wheelhouse import sdk_requirements
 from chains.targets.wiring import ChainletWiring, wire
 from chains.targets.yamltext import dump
 
@@ -66,19 +66,6 @@ def _requirement_lines(chainlet_dir: Path) -> list[str]:
     """The chainlet's own requirements, as its generated requirements.txt lists them."""
     text = (chainlet_dir / "requirements.txt").read_text(encoding="utf-8")
     return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-
-
-def sdk_requirements() -> list[str]:
-    """What the chains SDK itself needs at run time (its dependencies, not its extras)."""
-    found = []
-    from chains.targets.wheelhouse import SDK_DISTRIBUTION
-
-    for line in importlib.metadata.requires(SDK_DISTRIBUTION) or []:
-        _, _, marker = line.partition(";")
-        if "extra" in marker:
-            continue
-        found.append(line.strip())
-    return found
 
 
 def model_addresses(chain: Chain, model_urls: Mapping[str, str]) -> dict[str, dict[str, Any]]:
