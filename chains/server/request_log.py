@@ -2,12 +2,12 @@
 
 Through :mod:`logging`, one line costs a chainlet about 25 µs of CPU (a ``LogRecord``, the
 filters, the formatter's time, a write and a flush), as much as answering the call itself
-(``benchmarks/defaults.py``). So a call only appends a tuple to a list; a daemon thread wakes
-when there is something to write, waits ``delay_s`` for more, and writes the batch in one
-write to the stream of the process's log handler, in that handler's format, with the call's
-own time. Where the log is set up otherwise (no single stream handler, a format naming
-fields a line does not have), each line goes through the ``chains.requests`` logger instead,
-still from the thread.
+(``benchmarks/defaults.py``). So a call only appends a tuple to a list
+(:mod:`chains.handoff`); a daemon thread wakes when there is something to write, waits
+``delay_s`` for more, and writes the batch in one write to the stream of the process's log
+handler, in that handler's format, with the call's own time. Where the log is set up
+otherwise (no single stream handler, a format naming fields a line does not have), each line
+goes through the ``chains.requests`` logger instead, still from the thread.
 
 What may be lost: the lines of the last ``delay_s`` (0.1 s) when the process is killed with
 SIGKILL; at a normal exit, the lines waiting are written first.
@@ -15,13 +15,12 @@ SIGKILL; at a normal exit, the lines waiting are written first.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import re
-import threading
 import time
-import weakref
 from typing import Any
+
+from chains.handoff import HandOff
 
 __all__ = ["RequestLog", "request_log"]
 
@@ -45,47 +44,23 @@ class RequestLog:
 
     def __init__(self, chainlet: str, delay_s: float = 0.1) -> None:
         self.chainlet = chainlet
-        self._delay_s = delay_s
-        self._pending: list[Entry] = []
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="chains-request-log", daemon=True)
-        self._thread.start()
-        atexit.register(_flush_at_exit, weakref.ref(self))
+        self._lines: HandOff[Entry] = HandOff(self._deliver, name="chains-request-log", delay_s=delay_s)
 
     def write(
         self, ended: float, status: int, elapsed_ms: float, request_id: str, items: int, failed: bool
     ) -> None:
         """Add one call's line; ``items`` is -1 for a unary call."""
-        pending = self._pending
-        pending.append((ended, status, elapsed_ms, request_id, items, failed))  # atomic: no lock
-        if len(pending) == 1:
-            self._wake.set()
+        self._lines.put((ended, status, elapsed_ms, request_id, items, failed))
 
     def flush(self) -> None:
-        with self._lock:
-            # Copy, then delete what was copied: a line appended meanwhile stays for the next flush.
-            entries = self._pending[:]
-            del self._pending[: len(entries)]
-            if entries and request_log.isEnabledFor(logging.INFO):
-                self._emit(entries)
+        self._lines.flush()
 
     def close(self) -> None:
-        self._closed = True
-        self._wake.set()
-        self.flush()
+        self._lines.close()
 
-    def _run(self) -> None:
-        while not self._closed:
-            self._wake.wait()
-            if self._closed:
-                return
-            time.sleep(self._delay_s)
-            self._wake.clear()
-            self.flush()
-            if self._pending:  # added during the flush, after write saw a list that was not empty
-                self._wake.set()
+    def _deliver(self, entries: list[Entry]) -> None:
+        if request_log.isEnabledFor(logging.INFO):
+            self._emit(entries)
 
     def message(self, entry: Entry) -> str:
         _, status, elapsed_ms, _, items, failed = entry
@@ -183,9 +158,3 @@ def _single_stream_handler() -> logging.StreamHandler[Any] | None:
         if not set(_FIELD.findall(formatter._fmt or "")) <= _FIELDS:
             return None
     return handler if handler.level <= logging.INFO else None
-
-
-def _flush_at_exit(log: weakref.ref[RequestLog]) -> None:
-    live = log()
-    if live is not None:
-        live.flush()

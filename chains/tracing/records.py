@@ -17,11 +17,8 @@ attributes through the Span API, and exporters receive an SDK span.
 
 from __future__ import annotations
 
-import atexit
-import threading
 import time
 import traceback
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +28,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 
+from chains.handoff import HandOff
 from chains.tracing.store import NO_EVENTS, Row, encode_json
 
 __all__ = ["ServerSpan", "SpanSink"]
@@ -216,49 +214,16 @@ class SpanSink:
         self._processors = tuple(processors)
         self._write_rows = write_rows
         self._keep = keep
-        self._pending: list[ServerSpan] = []
-        self._lock = threading.Lock()  # one hand-over at a time: the thread's, or a flush's
-        self._delay_s = delay_s
-        self._wake = threading.Event()
-        self._closed = False
-        if delay_s is not None:
-            thread = threading.Thread(target=self._run, name="chains-spans", daemon=True)
-            thread.start()
-            # A daemon thread dies with the process: what is waiting at exit is handed on first.
-            # Registered after the tracer provider's own exit hook, so it runs before it.
-            atexit.register(_flush_at_exit, weakref.ref(self))
+        self._spans: HandOff[ServerSpan] = HandOff(self._hand_on, name="chains-spans", delay_s=delay_s)
 
     def put(self, span: ServerSpan) -> None:
-        if self._delay_s is None:
-            self._hand_on([span])
-            return
-        pending = self._pending
-        pending.append(span)  # list.append is atomic: no lock on the request path
-        if len(pending) == 1:
-            self._wake.set()
+        self._spans.put(span)
 
     def flush(self) -> None:
-        with self._lock:
-            # Copy, then delete what was copied: a span appended meanwhile stays for the next flush.
-            spans = self._pending[:]
-            del self._pending[: len(spans)]
-            self._hand_on(spans)
+        self._spans.flush()
 
     def close(self) -> None:
-        self._closed = True
-        self._wake.set()
-        self.flush()
-
-    def _run(self) -> None:
-        while not self._closed:
-            self._wake.wait()
-            if self._closed:
-                return
-            time.sleep(self._delay_s or 0)  # let a batch gather
-            self._wake.clear()
-            self.flush()
-            if self._pending:  # ended during the flush, after put saw a list that was not empty
-                self._wake.set()
+        self._spans.close()
 
     def _hand_on(self, spans: list[ServerSpan]) -> None:
         if not spans:
@@ -289,9 +254,3 @@ class SpanSink:
             newest.append(span)
         newest.reverse()
         return newest
-
-
-def _flush_at_exit(sink: weakref.ref[SpanSink]) -> None:
-    live = sink()
-    if live is not None:
-        live.flush()

@@ -81,6 +81,7 @@ LAYERS: dict[str, int] = {
         [
             "chains.errors",
             "chains.environ",
+            "chains.handoff",
             "chains.call_policy",
             "chains.wire",
             "chains.metrics",
