@@ -30,7 +30,7 @@ import json
 from collections.abc import AsyncGenerator, Awaitable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 import httpx
 import pydantic
@@ -181,6 +181,9 @@ class Stream(Generic[ItemT]):
                 print(piece, end="")
     """
 
+    # Whether an unread header is refused before the items (a structured stream's reader).
+    _header_first: ClassVar[bool] = False
+
     def __init__(self, shape: StreamShape, body: _Body) -> None:
         self._body = body
         self._reader = FrameReader(shape.wire, body)
@@ -193,6 +196,15 @@ class Stream(Generic[ItemT]):
         producer failed, and StreamSchemaMismatch if it streams another schema.
         """
         if self._items is None:
+            try:
+                _drive(self._reader.start())
+            except BaseException:
+                self.close()
+                raise
+            if self._header_first:
+                # Checked before the items' generator exists, and without closing: the stream
+                # stays readable once the header is taken, as the asynchronous reader does.
+                self._reader.refuse_unread_header()
             self._items = self._reader.items()
         items = self._items
         try:
@@ -232,7 +244,13 @@ _S = TypeVar("_S", bound=Stream[Any])
 
 
 class StructuredStream(Stream[ItemT], Generic[ItemT, HeaderT, FooterT]):
-    """A structured stream (header, items, footer) read by :class:`Client`."""
+    """A structured stream (header, items, footer) read by :class:`Client`.
+
+    Its header comes first: :meth:`read_items` (or iterating) while a header that arrived is
+    unread raises ChainsUsageError, as the asynchronous reader does, rather than skip it.
+    """
+
+    _header_first = True
 
     def read_header(self) -> HeaderT:
         """The header (None when the types declare none); it comes first."""
