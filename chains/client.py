@@ -42,11 +42,15 @@ import pydantic_core
 
 from chains.call_policy import answer_error
 from chains.client_http import Answer, AsyncHTTP, Unreachable, async_http
-from chains.client_jobs import AsyncJob, Job, JobFailedError, JobInfo, JobStatus, JobTimeout
+from chains.client_jobs import AsyncJob, Job, JobInfo, JobStatus
 from chains.errors import (
     ChainsRuntimeError,
     DeadlineExceeded,
     DependencyUnavailable,
+    JobCanceled,
+    JobExpired,
+    JobFailedError,
+    JobTimeout,
     StreamProtocolError,
 )
 from chains.streaming.frame_reader import FrameReader
@@ -67,6 +71,8 @@ __all__ = [
     "AsyncJob",
     "Client",
     "Job",
+    "JobCanceled",
+    "JobExpired",
     "JobFailedError",
     "JobInfo",
     "JobStatus",

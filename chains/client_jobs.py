@@ -23,21 +23,30 @@ import enum
 import json
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
 
 from chains.call_policy import answer_error
-from chains.errors import ChainsRuntimeError, ChainsUsageError, ErrorDetail, RemoteError, StreamInterrupted
+from chains.client_http import AsyncHTTP
+from chains.errors import (
+    ChainsUsageError,
+    DeadlineExceeded,
+    ErrorDetail,
+    JobCanceled,
+    JobExpired,
+    JobFailedError,
+    JobTimeout,
+    RemoteError,
+    StreamInterrupted,
+)
 from chains.jobs.records import JobError, JobStatus
 from chains.streaming.sse import SSE, SSEDecoder
 from chains.wire import ASYNC_REQUEST, JSON_MEDIA_TYPE, SSE_MEDIA_TYPE
 
-if TYPE_CHECKING:
-    from chains.client import AsyncClient, Client, _BaseClient
-
-__all__ = ["AsyncJob", "Job", "JobFailedError", "JobInfo", "JobStatus", "JobTimeout"]
+__all__ = ["AsyncJob", "Job", "JobInfo", "JobStatus"]
 
 T = TypeVar("T")
 
@@ -47,25 +56,30 @@ FIRST_POLL_SEC = 0.05
 MAX_POLL_SEC = 1.0
 
 
-class JobFailedError(ChainsRuntimeError):
-    """A job ended without a result and without an error of its body to raise: it expired in
-    the queue, was canceled, or its worker was lost. ``status`` and ``errors`` say which."""
+class _Caller(Protocol):
+    """What a handle needs of the client that made it (chains.client's, which imports this
+    module: the handles name it by what it does, not by its class)."""
 
-    def __init__(self, message: str, *, job_id: str, status: JobStatus, errors: tuple[JobError, ...]) -> None:
-        super().__init__(message)
-        self.job_id = job_id
-        self.status = status
-        self.errors = errors
+    @property
+    def url(self) -> str: ...
+
+    def _headers_for(self, accept: str) -> dict[str, str]: ...
+
+    def _sending(self) -> AbstractContextManager[None]: ...
+
+    def _result(self, output_type: Any, status: int, headers: Mapping[str, str], content: bytes) -> Any: ...
+
+    def _late(self) -> DeadlineExceeded: ...
 
 
-class JobTimeout(ChainsRuntimeError, TimeoutError):
-    """``result(timeout=...)`` ran out while the job was still queued or running. The job goes
-    on: call ``result`` again to wait longer, or ``cancel`` it."""
+class _SyncCaller(_Caller, Protocol):
+    @property
+    def _http(self) -> httpx.Client: ...
 
-    def __init__(self, message: str, *, job_id: str, status: JobStatus) -> None:
-        super().__init__(message)
-        self.job_id = job_id
-        self.status = status
+
+class _AsyncCaller(_Caller, Protocol):
+    @property
+    def _http(self) -> AsyncHTTP: ...
 
 
 @dataclass(frozen=True)
@@ -111,12 +125,12 @@ class _Polling:
             return wait
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
-            raise JobTimeout(
+            late = JobTimeout(
                 f"job {self._job_id} is still {info.status.value} after {self._timeout}s: it goes on; "
-                "call result() again with a longer timeout to wait for it, or cancel() it",
-                job_id=self._job_id,
-                status=info.status,
+                "call result() again with a longer timeout to wait for it, or cancel() it"
             )
+            late.job_id = self._job_id
+            raise late
         return min(wait, remaining)
 
 
@@ -124,7 +138,7 @@ class _JobCore:
     """What :class:`Job` and :class:`AsyncJob` share: the job's routes and what each answer
     means. No I/O."""
 
-    def __init__(self, client: _BaseClient[Any], job_id: str, output_type: Any) -> None:
+    def __init__(self, client: _Caller, job_id: str, output_type: Any) -> None:
         if not job_id or "/" in job_id:
             raise ChainsUsageError(f"a job id is the request_id its submission answered, got {job_id!r}")
         self.id = job_id
@@ -168,12 +182,11 @@ class _JobCore:
         if status is JobStatus.FAILED and last is not None and last.detail is not None:
             return RemoteError.from_detail(last.detail)
         reasons = "; ".join(f"{error.code}: {error.message}" for error in errors)
-        return JobFailedError(
-            f"job {self.id} ended {status.value}" + (f" ({reasons})" if reasons else ""),
-            job_id=self.id,
-            status=status,
-            errors=errors,
-        )
+        kind = _ENDS.get(status, JobFailedError)
+        failed = kind(f"job {self.id} ended {status.value}" + (f" ({reasons})" if reasons else ""))
+        failed.job_id = self.id
+        failed.reasons = tuple((error.code, error.message) for error in errors)
+        return failed
 
     def check_succeeded(self, info: JobInfo) -> None:
         if info.status is not JobStatus.SUCCEEDED:
@@ -231,6 +244,11 @@ class _JobCore:
 
 
 _STATUSES = {status.value for status in JobStatus}
+# The ends without a result that have an error class of their own; any other is JobFailedError.
+_ENDS: dict[JobStatus, type[JobFailedError]] = {
+    JobStatus.CANCELED: JobCanceled,
+    JobStatus.EXPIRED: JobExpired,
+}
 
 
 class Job(Generic[T]):
@@ -243,7 +261,7 @@ class Job(Generic[T]):
         summary = job.result(timeout=60)   # raises the body's error as call() would
     """
 
-    def __init__(self, client: Client, job_id: str, output_type: Any = None) -> None:
+    def __init__(self, client: _SyncCaller, job_id: str, output_type: Any = None) -> None:
         self._client = client
         self._core = _JobCore(client, job_id, output_type)
 
@@ -274,8 +292,9 @@ class Job(Generic[T]):
         return its result validated as the submission's output type, as ``call()`` returns it.
 
         Raises the body's own error rebuilt as ``call()`` raises it (a RemoteError that is also
-        its original builtin type), :class:`JobFailedError` for a job that expired, was
-        canceled or lost its worker, and :class:`JobTimeout` once ``timeout`` has passed.
+        its original builtin type); ``chains.errors.JobCanceled``, ``JobExpired`` or (a lost
+        worker) their base ``JobFailedError`` for a job that ended without a result; and
+        ``chains.errors.JobTimeout`` (a TimeoutError naming the job) once ``timeout`` has passed.
         """
         polling = self._core.polling(timeout)
         info = self.info()
@@ -339,7 +358,7 @@ class AsyncJob(Generic[T]):
         print(event.id, event.data)
     """
 
-    def __init__(self, client: AsyncClient, job_id: str, output_type: Any = None) -> None:
+    def __init__(self, client: _AsyncCaller, job_id: str, output_type: Any = None) -> None:
         self._client = client
         self._core = _JobCore(client, job_id, output_type)
 

@@ -9,7 +9,16 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from chains.client import AsyncClient, AsyncJob, Client, Job, JobFailedError, JobStatus, JobTimeout
+from chains.client import (
+    AsyncClient,
+    AsyncJob,
+    Client,
+    Job,
+    JobCanceled,
+    JobFailedError,
+    JobStatus,
+    JobTimeout,
+)
 from chains.deploy import ChainHandle, stop_chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError, RemoteError
 from tests.helpers import await_until, wait_until
@@ -68,9 +77,9 @@ def test_cancel_a_running_job_and_its_result_says_canceled(pushed: ChainHandle, 
         wait_until(lambda: started(log, "long"), 15, "the job's body to start")
         assert job.status() is JobStatus.IN_PROGRESS
         assert job.cancel() is True
-        with pytest.raises(JobFailedError, match=f"job {job.id} ended CANCELED") as ended:
+        with pytest.raises(JobCanceled, match=f"job {job.id} ended CANCELED") as ended:
             job.result(timeout=15)
-        assert ended.value.status is JobStatus.CANCELED and ended.value.job_id == job.id
+        assert isinstance(ended.value, JobFailedError) and ended.value.job_id == job.id
         assert job.cancel() is True  # canceling again changes nothing
     assert "done long" not in log_lines(log)
 
@@ -135,7 +144,7 @@ def test_a_canceled_streaming_job_raises_from_its_events(streaming: ChainHandle,
         events = job.events()
         assert next(events).data == "t0"
         assert job.cancel() is True
-        with pytest.raises(JobFailedError, match="ended CANCELED"):
+        with pytest.raises(JobCanceled, match="ended CANCELED"):
             for _ in events:
                 pass
 
@@ -161,7 +170,7 @@ async def test_the_async_handle_submits_waits_fails_times_out_and_cancels(
         await await_until(lambda: started(log, "async-long"), 15, "the slow job's body to start")
         assert await slow.status() is JobStatus.IN_PROGRESS
         assert await slow.cancel() is True
-        with pytest.raises(JobFailedError, match="ended CANCELED"):
+        with pytest.raises(JobCanceled, match="ended CANCELED"):
             await slow.result(timeout=15)
         assert await slow.status() is JobStatus.CANCELED
     assert "done async-long" not in log_lines(log)

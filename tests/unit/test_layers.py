@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
             "chains.stubs",
             "chains.client",
             "chains.client_http",
+            "chains.client_jobs",
             "chains.local",
             "chains.local_routes",
             "chains.loader",
