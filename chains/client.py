@@ -1,8 +1,8 @@
 """Calling a deployed chain's entrypoint from any Python program: :class:`Client` and
 :class:`AsyncClient`.
 
-A consumer needs only pydantic and httpx: this module, ``chains.errors`` and
-``chains.streaming`` import nothing else, so the chains package installed with
+A consumer needs only pydantic and httpx: this module, ``chains.errors``, ``chains.streaming``
+and ``chains.jobs.records`` import nothing else, so the chains package installed with
 ``pip install --no-deps chains-sdk`` next to those two is enough (see ``docs/clients.md``)::
 
     from chains.client import Client
@@ -15,13 +15,17 @@ A consumer needs only pydantic and httpx: this module, ``chains.errors`` and
             started = reader.read_header()
             texts = [token.text for token in reader.read_items()]
             usage = reader.read_footer()
+        job = client.submit(str, name="Ada")                      # an async call, stored
+        greeting = job.result(timeout=600)                        # polled for, validated
 
 Streams are requested in the framed form, the one that tells a complete stream from a cut
 one: a stream that stops before its end frame (a proxy timing out, a restarted server)
 raises :class:`~chains.errors.StreamInterrupted`, the producer's own failure a
 :class:`~chains.errors.RemoteError` (also an instance of its original builtin type), exactly
 as between chainlets. The readers are those of ``chains.streaming``; the synchronous client
-drives them over a blocking body (see :func:`_drive`).
+drives them over a blocking body (see :func:`_drive`). ``submit`` starts an async call (a job
+that outlives the request) and returns its handle, :class:`~chains.client_jobs.Job` or
+:class:`~chains.client_jobs.AsyncJob` (docs/jobs.md, "From Python").
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import json
 from collections.abc import AsyncGenerator, Awaitable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 import httpx
 import pydantic
@@ -38,10 +42,15 @@ import pydantic_core
 
 from chains.call_policy import answer_error
 from chains.client_http import Answer, AsyncHTTP, Unreachable, async_http
+from chains.client_jobs import AsyncJob, Job, JobInfo, JobStatus
 from chains.errors import (
     ChainsRuntimeError,
     DeadlineExceeded,
     DependencyUnavailable,
+    JobCanceled,
+    JobExpired,
+    JobFailedError,
+    JobTimeout,
     StreamProtocolError,
 )
 from chains.streaming.frame_reader import FrameReader
@@ -55,9 +64,22 @@ from chains.streaming.reader import (
 )
 from chains.streaming.shape import StreamShape
 from chains.streaming.types import StreamTypes
-from chains.wire import FRAMED_MEDIA_TYPE, JSON_MEDIA_TYPE, RUN_REMOTE, wire_adapter
+from chains.wire import ASYNC_RUN_REMOTE, FRAMED_MEDIA_TYPE, JSON_MEDIA_TYPE, RUN_REMOTE, wire_adapter
 
-__all__ = ["AsyncClient", "Client", "Stream", "StructuredStream"]
+__all__ = [
+    "AsyncClient",
+    "AsyncJob",
+    "Client",
+    "Job",
+    "JobCanceled",
+    "JobExpired",
+    "JobFailedError",
+    "JobInfo",
+    "JobStatus",
+    "JobTimeout",
+    "Stream",
+    "StructuredStream",
+]
 
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")
@@ -86,6 +108,7 @@ class _BaseClient(Generic[_HttpT]):
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
         self._run_url = self.url + RUN_REMOTE
+        self._submit_url = self.url + ASYNC_RUN_REMOTE
         self._name = "the chain's entrypoint"  # what errors call it: "... at URL answered 503"
         self._http: _HttpT = self._open(timeout)
 
@@ -96,6 +119,17 @@ class _BaseClient(Generic[_HttpT]):
     def _body(arguments: dict[str, Any]) -> bytes:
         # The wire's JSON: bytes as base64, models by alias (what the server validates against).
         return pydantic_core.to_json(arguments, by_alias=True, bytes_mode="base64")
+
+    def _submit_body(self, arguments: dict[str, Any]) -> bytes:
+        # Baseten's async body: run_remote's arguments by name under model_input, as on the wire.
+        return self._body({"model_input": arguments})
+
+    def _submitted(self, status: int, headers: Mapping[str, str], content: bytes) -> str:
+        """The request id a submission was answered with."""
+        if status != 200:
+            raise answer_error(self._name, self.url, status, content, headers)
+        request_id: str = json.loads(content)["request_id"]
+        return request_id
 
     def _headers_for(self, accept: str) -> dict[str, str]:
         return {**self._headers, "accept": accept}
@@ -181,6 +215,9 @@ class Stream(Generic[ItemT]):
                 print(piece, end="")
     """
 
+    # Whether an unread header is refused before the items (a structured stream's reader).
+    _header_first: ClassVar[bool] = False
+
     def __init__(self, shape: StreamShape, body: _Body) -> None:
         self._body = body
         self._reader = FrameReader(shape.wire, body)
@@ -193,6 +230,15 @@ class Stream(Generic[ItemT]):
         producer failed, and StreamSchemaMismatch if it streams another schema.
         """
         if self._items is None:
+            try:
+                _drive(self._reader.start())
+            except BaseException:
+                self.close()
+                raise
+            if self._header_first:
+                # Checked before the items' generator exists, and without closing: the stream
+                # stays readable once the header is taken, as the asynchronous reader does.
+                self._reader.refuse_unread_header()
             self._items = self._reader.items()
         items = self._items
         try:
@@ -232,7 +278,13 @@ _S = TypeVar("_S", bound=Stream[Any])
 
 
 class StructuredStream(Stream[ItemT], Generic[ItemT, HeaderT, FooterT]):
-    """A structured stream (header, items, footer) read by :class:`Client`."""
+    """A structured stream (header, items, footer) read by :class:`Client`.
+
+    Its header comes first: :meth:`read_items` (or iterating) while a header that arrived is
+    unread raises ChainsUsageError, as the asynchronous reader does, rather than skip it.
+    """
+
+    _header_first = True
 
     def read_header(self) -> HeaderT:
         """The header (None when the types declare none); it comes first."""
@@ -303,6 +355,38 @@ class Client(_BaseClient[httpx.Client]):
         if isinstance(of, StreamTypes):
             return StructuredStream(_shape(of), _Body(response, self))
         return Stream(_shape(of), _Body(response, self))
+
+    @overload
+    def submit(self, output_type: type[T], /, **arguments: Any) -> Job[T]: ...
+    @overload
+    def submit(self, output_type: Any = None, /, **arguments: Any) -> Job[Any]: ...
+    def submit(self, output_type: Any = None, /, **arguments: Any) -> Job[Any]:
+        """Submit an async call of the entrypoint with ``arguments`` (docs/jobs.md): it is
+        stored and answered at once, and runs on the entrypoint's workers. The returned
+        :class:`Job`'s ``result()`` is validated as ``output_type``, as :meth:`call`'s is::
+
+            job = client.submit(Summary, text="...")
+            summary = job.result(timeout=600)
+
+        Arguments that do not fit ``run_remote`` are refused here, with ValueError.
+        """
+        with self._sending():
+            response = self._http.post(
+                self._submit_url,
+                content=self._submit_body(arguments),
+                headers=self._headers_for(JSON_MEDIA_TYPE),
+            )
+        return Job(
+            self, self._submitted(response.status_code, response.headers, response.content), output_type
+        )
+
+    @overload
+    def job(self, job_id: str, output_type: type[T], /) -> Job[T]: ...
+    @overload
+    def job(self, job_id: str, output_type: Any = None, /) -> Job[Any]: ...
+    def job(self, job_id: str, output_type: Any = None, /) -> Job[Any]:
+        """The handle of a job submitted earlier (by this program or any other), from its id."""
+        return Job(self, job_id, output_type)
 
     def close(self) -> None:
         self._http.close()
@@ -379,6 +463,34 @@ class AsyncClient(_BaseClient[AsyncHTTP]):
         if isinstance(of, StreamTypes):
             return stream_reader(of, source)
         return _items(FrameReader(_shape(of).wire, source))
+
+    @overload
+    async def submit(self, output_type: type[T], /, **arguments: Any) -> AsyncJob[T]: ...
+    @overload
+    async def submit(self, output_type: Any = None, /, **arguments: Any) -> AsyncJob[Any]: ...
+    async def submit(self, output_type: Any = None, /, **arguments: Any) -> AsyncJob[Any]:
+        """Submit an async call; see :meth:`Client.submit`::
+
+        job = await client.submit(Summary, text="...")
+        summary = await job.result(timeout=600)
+        """
+        with self._sending():
+            answer = await self._http.post(
+                self._submit_url,
+                self._submit_body(arguments),
+                self._headers_for(JSON_MEDIA_TYPE),
+                stream=False,
+            )
+            content = await answer.read()
+        return AsyncJob(self, self._submitted(answer.status, answer.headers, content), output_type)
+
+    @overload
+    def job(self, job_id: str, output_type: type[T], /) -> AsyncJob[T]: ...
+    @overload
+    def job(self, job_id: str, output_type: Any = None, /) -> AsyncJob[Any]: ...
+    def job(self, job_id: str, output_type: Any = None, /) -> AsyncJob[Any]:
+        """The handle of a job submitted earlier, from its id; see :meth:`Client.job`."""
+        return AsyncJob(self, job_id, output_type)
 
     async def aclose(self) -> None:
         await self._http.aclose()

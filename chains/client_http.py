@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import httpx
 
-__all__ = ["Answer", "AsyncHTTP", "Unreachable", "async_http"]
+__all__ = ["Answer", "AsyncHTTP", "Method", "Unreachable", "async_http"]
+
+Method = Literal["GET", "POST", "DELETE"]
 
 # Connections kept open per client: as many callers as a program plausibly runs at once, so
 # that concurrent callers reuse connections instead of opening and closing them (httpx keeps
@@ -46,6 +48,12 @@ class Answer(Protocol):
 class AsyncHTTP(Protocol):
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], *, stream: bool) -> Answer:
         """POST ``body``; unless ``stream``, the answer's body is read before it returns."""
+        ...
+
+    async def send(
+        self, method: Method, url: str, body: bytes | None, headers: Mapping[str, str], *, stream: bool
+    ) -> Answer:
+        """:meth:`post` with another method: the async job routes GET and DELETE too."""
         ...
 
     async def aclose(self) -> None: ...
@@ -98,7 +106,12 @@ class _Httpx:
         )
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], *, stream: bool) -> Answer:
-        request = self._client.build_request("POST", url, content=body, headers=headers)
+        return await self.send("POST", url, body, headers, stream=stream)
+
+    async def send(
+        self, method: Method, url: str, body: bytes | None, headers: Mapping[str, str], *, stream: bool
+    ) -> Answer:
+        request = self._client.build_request(method, url, content=body, headers=headers)
         try:
             response = await self._client.send(request, stream=stream)
         except httpx.TimeoutException as exc:
@@ -163,8 +176,13 @@ class _Aiohttp:
         return self._session
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], *, stream: bool) -> Answer:
+        return await self.send("POST", url, body, headers, stream=stream)
+
+    async def send(
+        self, method: Method, url: str, body: bytes | None, headers: Mapping[str, str], *, stream: bool
+    ) -> Answer:
         session = self._session if self._session is not None and not self._session.closed else self._open()
-        response = await _guarded(session.post(url, data=body, headers=headers))
+        response = await _guarded(session.request(method, url, data=body, headers=headers))
         if stream:
             return _AiohttpAnswer(response, None)
         try:

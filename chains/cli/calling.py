@@ -21,7 +21,14 @@ from chains.streaming import BYTES, SSE_EVENTS, TEXT, OutputKind, StreamKind
 from chains.streaming.sse import SSE
 from chains.wire import DEBUG_HEADER, JSON_MEDIA_TYPE, RUN_REMOTE, SSE_MEDIA_TYPE
 
-__all__ = ["CallFailed", "UntrustedCertificate", "call_entrypoint", "call_route", "converse_with_entrypoint"]
+__all__ = [
+    "CallFailed",
+    "UntrustedCertificate",
+    "call_entrypoint",
+    "call_route",
+    "converse_with_entrypoint",
+    "untrusted_certificate",
+]
 
 
 class CallFailed(Exception):
@@ -33,7 +40,7 @@ class UntrustedCertificate(CallFailed):
     it names another host."""
 
 
-def _untrusted(exc: BaseException, url: str) -> UntrustedCertificate | None:
+def untrusted_certificate(exc: BaseException, url: str) -> UntrustedCertificate | None:
     """The certificate failure behind ``exc`` (httpx and websockets wrap it), if that is what
     it was."""
     seen: BaseException | None = exc
@@ -78,7 +85,7 @@ async def call_entrypoint(
                     return
                 await _print_events(SSE.from_chunks(response.aiter_bytes()), kind, out)
         except httpx.TransportError as exc:
-            raise _untrusted(exc, url) or CallFailed(
+            raise untrusted_certificate(exc, url) or CallFailed(
                 f"the call to {url} broke off: {type(exc).__name__}: {exc}"
             ) from None
 
@@ -112,7 +119,7 @@ async def call_route(
                     out.write(chunk)
                     out.flush()
         except httpx.TransportError as exc:
-            raise _untrusted(exc, url) or CallFailed(
+            raise untrusted_certificate(exc, url) or CallFailed(
                 f"the call to {url}{path} broke off: {type(exc).__name__}: {exc}"
             ) from None
 
@@ -272,6 +279,6 @@ async def converse_with_entrypoint(
         reason = exc.rcvd.reason if exc.rcvd is not None else "the connection broke without a close frame"
         raise CallFailed(f"the WebSocket closed with code {code}: {reason}") from None
     except OSError as exc:
-        raise _untrusted(exc, ws_url) or CallFailed(
+        raise untrusted_certificate(exc, ws_url) or CallFailed(
             f"could not open a WebSocket to {ws_url}: {exc}"
         ) from None

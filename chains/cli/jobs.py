@@ -9,12 +9,16 @@ from __future__ import annotations
 import json
 import ssl
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from chains import terminal
 from chains.cli.group import fail, guarded, main
+from chains.cli.trust import ca_file_option, entrypoint_context, trust_hint
 
 if TYPE_CHECKING:
     import httpx
@@ -24,14 +28,28 @@ if TYPE_CHECKING:
 __all__ = ["jobs", "submit_job"]
 
 
-def _client(state: ChainState, api_key: str | None) -> httpx.Client:
+def _client(state: ChainState, api_key: str | None, ca_file: Path | None) -> httpx.Client:
     import httpx
 
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    verify: ssl.SSLContext | bool = True
-    if state.entrypoint_url.startswith("https://"):
-        verify = state.entrypoint_context() or True
+    verify: ssl.SSLContext | bool = guarded(lambda: entrypoint_context(state, ca_file)) or True
     return httpx.Client(base_url=state.entrypoint_url, headers=headers, timeout=30, verify=verify)
+
+
+@contextmanager
+def _reaching(state: ChainState, ca_file: Path | None) -> Iterator[None]:
+    """Fail, saying why, when the entrypoint cannot be reached or its certificate is refused."""
+    import httpx
+
+    from chains.cli.calling import untrusted_certificate
+
+    try:
+        yield
+    except httpx.TransportError as exc:
+        untrusted = untrusted_certificate(exc, state.entrypoint_url)
+        if untrusted is not None:
+            fail(f"error: {untrusted}; {trust_hint(state, ca_file)}")
+        fail(f"error: could not reach {state.entrypoint_url}: {type(exc).__name__}: {exc}")
 
 
 def _answer(response: httpx.Response, what: str) -> Any:
@@ -55,12 +73,14 @@ def submit_job(
     api_key: str | None,
     webhook: str | None = None,
     priority: int = 0,
+    ca_file: Path | None = None,
 ) -> str:
-    """Submit ``arguments`` as an async call of ``state``'s chain; its request id."""
+    """Submit ``arguments`` as an async call of ``state``'s chain; its request id. An https://
+    entrypoint is trusted as ``chains call`` trusts it (``ca_file``, else the chain's own)."""
     body: dict[str, Any] = {"model_input": arguments, "priority": priority}
     if webhook:
         body["webhook_endpoint"] = webhook
-    with _client(state, api_key) as client:
+    with _client(state, api_key, ca_file) as client, _reaching(state, ca_file):
         answer = _answer(client.post("/async_run_remote", json=body), "the submission")
     request_id: str = answer["request_id"]
     return request_id
@@ -77,6 +97,7 @@ def submit_job(
 @click.option("--wait", "wait_sec", type=float, help="Wait up to this many seconds for the job to end.")
 @click.option("--cancel", is_flag=True, help="Cancel the job, queued or running.")
 @click.option("--api-key", envvar="CHAINS_API_KEY", help="The entrypoint's API key, if it has one.")
+@ca_file_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def jobs(
     name: str,
@@ -87,6 +108,7 @@ def jobs(
     wait_sec: float | None,
     cancel: bool,
     api_key: str | None,
+    ca_file: Path | None,
     as_json: bool,
 ) -> None:
     """Chain NAME's async calls: the latest ones, or REQUEST_ID's status, output or cancellation.
@@ -97,11 +119,15 @@ def jobs(
       chains jobs my-chain                                     # the latest jobs
       chains jobs my-chain REQUEST_ID --wait 600 --output      # its result, once it ends
       chains jobs my-chain REQUEST_ID --cancel
+      chains jobs my-chain --ca-file proxy-ca.pem              # an https:// entrypoint
+
+    An https:// entrypoint whose certificate a private authority issued is verified with that
+    authority, as `chains call` verifies it: --ca-file, else the one recorded at push.
     """
     from chains.deploy import find_state
 
     state = guarded(lambda: find_state(name))
-    with _client(state, api_key) as client:
+    with _client(state, api_key, ca_file) as client, _reaching(state, ca_file):
         if request_id is None:
             params: dict[str, Any] = {"limit": limit}
             if status_filter:

@@ -13,13 +13,12 @@ import click
 
 from chains import terminal
 from chains.cli.group import DEFAULT_CALL_TIMEOUT_SEC, fail, guarded, main
+from chains.cli.trust import ca_file_option, entrypoint_context, trust_hint
 from chains.errors import ChainsError, ChainsUsageError
 from chains.targets import is_alive, replica_shown, wording
 
 if TYPE_CHECKING:
     from chains.targets.state import ChainState
-
-CA_FILE_ENVVAR = "CHAINS_CA_FILE"
 
 
 def _uptime(started_at: float) -> str:
@@ -255,16 +254,7 @@ def _stopped_logs(name: str, chainlet: str | None, lines: int) -> None:
     show_default=True,
     help="Give up when the chain is silent this many seconds (a stream: between items).",
 )
-@click.option(
-    "--ca-file",
-    type=click.Path(path_type=Path),
-    envvar=CA_FILE_ENVVAR,
-    help=(
-        "The PEM certificate of the authority that issued an https:// entrypoint's certificate, "
-        "trusted alone. Default: the one recorded when the chain was pushed (the ray target's proxy "
-        f"authority), else the system's authorities. [env: {CA_FILE_ENVVAR}]"
-    ),
-)
+@ca_file_option
 @click.option(
     "--async",
     "as_job",
@@ -327,10 +317,10 @@ def call(
     if as_job:
         from chains.cli.jobs import submit_job
 
-        click.echo(submit_job(state, arguments, api_key=api_key, webhook=webhook))
+        click.echo(submit_job(state, arguments, api_key=api_key, webhook=webhook, ca_file=ca_file))
         return
     kind = guarded(lambda: kind_named(state.entrypoint_kind))
-    context = guarded(lambda: _entrypoint_context(state, ca_file))
+    context = guarded(lambda: entrypoint_context(state, ca_file))
     try:
         if route_call is not None:
             method, path, sent = route_call
@@ -362,7 +352,7 @@ def call(
             )
         )
     except UntrustedCertificate as exc:
-        fail(f"error: {exc}; {_trust_hint(state, ca_file)}")
+        fail(f"error: {exc}; {trust_hint(state, ca_file)}")
     except CallFailed as exc:
         from chains.source_map import to_user_files
 
@@ -414,32 +404,6 @@ def _owner_proof(state: ChainState) -> str | None:
         return None
     token = next((c.env.get("CHAINS_INTERNAL_TOKEN") for c in deployment.chainlets if c.is_entrypoint), None)
     return debug_proof(token) if token else None
-
-
-def _entrypoint_context(state: ChainState, ca_file: Path | None) -> ssl.SSLContext | None:
-    """What ``call`` verifies an https:// entrypoint with: --ca-file, else the chain's own."""
-    if not state.entrypoint_url.startswith("https://"):
-        return None  # plain HTTP: a CHAINS_CA_FILE set for other chains is no error here
-    if ca_file is not None:
-        from chains.tls import client_context
-
-        return client_context(ca_file, given_as="--ca-file")
-    return state.entrypoint_context()
-
-
-def _trust_hint(state: ChainState, ca_file: Path | None) -> str:
-    """How to make ``call`` trust the entrypoint's certificate, given what it trusted."""
-    if ca_file is not None:
-        return f"--ca-file {ca_file} did not issue it: pass the PEM certificate of the authority that did"
-    if state.entrypoint_ca is not None:
-        return (
-            f"the authority the chain was pushed with ({state.entrypoint_ca}) did not issue it: pass "
-            "the one that did with --ca-file PATH"
-        )
-    return (
-        "if a private authority issued it, pass that authority's PEM certificate with --ca-file PATH "
-        f"(or set {CA_FILE_ENVVAR})"
-    )
 
 
 @main.command()

@@ -10,6 +10,10 @@ The hierarchy (a builtin base in parentheses: ``except TimeoutError`` catches a
             ├── StreamInterrupted        a stream stopped before its end frame
             ├── DependencyUnavailable    (ConnectionError) a dependency kept failing or refusing
             ├── DeadlineExceeded         (TimeoutError) a call ran out of time
+            ├── JobFailedError *         an async job ended without a result (chains.client)
+            │   ├── JobCanceled *        it was canceled
+            │   └── JobExpired *         it waited in the queue too long
+            ├── JobTimeout *             (TimeoutError) a wait for a job's result ran out
             ├── StreamProtocolError      (ValueError) the bytes received are not a valid chains stream
             │   ├── FrameTooLarge *      a frame over the reader's size limit
             │   ├── UnknownFrameKind *   a frame kind this version does not know
@@ -57,6 +61,10 @@ from chains.errors.hierarchy import (
     DependencyUnavailable,
     FrameTooLarge,
     GenericRemoteException,
+    JobCanceled,
+    JobExpired,
+    JobFailedError,
+    JobTimeout,
     StreamInterrupted,
     StreamProtocolError,
     StreamSchemaMismatch,
@@ -77,6 +85,10 @@ __all__ = [
     "ErrorDetail",
     "FrameTooLarge",
     "GenericRemoteException",
+    "JobCanceled",
+    "JobExpired",
+    "JobFailedError",
+    "JobTimeout",
     "RemoteError",
     "StreamInterrupted",
     "StreamProtocolError",

@@ -23,6 +23,10 @@ __all__ = [
     "DependencyUnavailable",
     "FrameTooLarge",
     "GenericRemoteException",
+    "JobCanceled",
+    "JobExpired",
+    "JobFailedError",
+    "JobTimeout",
     "StreamInterrupted",
     "StreamProtocolError",
     "StreamSchemaMismatch",
@@ -93,6 +97,30 @@ class DependencyUnavailable(ChainsRuntimeError, ConnectionError):
 
 class DeadlineExceeded(ChainsRuntimeError, TimeoutError):
     """A call ran out of time: its own ``timeout_sec`` or the caller's remaining deadline."""
+
+
+class JobFailedError(ChainsRuntimeError):
+    """An async job ended without a result, and without an error of its body to raise in its
+    place (that one is raised as a call raises it): its worker was lost, for instance.
+    ``job_id`` names it, ``reasons`` holds its errors' (code, message) pairs."""
+
+    job_id: str = ""
+    reasons: tuple[tuple[str, str], ...] = ()
+
+
+class JobCanceled(JobFailedError):
+    """An async job was canceled before it had a result."""
+
+
+class JobExpired(JobFailedError):
+    """An async job waited in the queue longer than its ``max_time_in_queue_seconds``."""
+
+
+class JobTimeout(ChainsRuntimeError, TimeoutError):
+    """Waiting for an async job's result ran out while the job was still queued or running;
+    the job goes on (``job_id`` names it)."""
+
+    job_id: str = ""
 
 
 class StreamProtocolError(ChainsRuntimeError, ValueError):

@@ -19,6 +19,8 @@ from typing import Any
 
 import pydantic
 
+from chains.errors import ErrorDetail
+
 __all__ = [
     "MAX_QUEUE_SECONDS",
     "AsyncRequest",
@@ -102,13 +104,31 @@ class AsyncRequest(pydantic.BaseModel):
 
 @dataclass(frozen=True)
 class JobError:
-    """One entry of a status answer's ``errors``: a code and a message, as Baseten gives them."""
+    """One entry of a status answer's ``errors``: a code and a message, as Baseten gives them.
+
+    ``detail`` is the failure as ``POST /run_remote`` would have answered it (its
+    ``ErrorDetail``, in the form the caller may see), when the body raised: with it a client
+    raises the job's error as the same ``RemoteError`` a call raises (``chains.client``).
+    """
 
     code: str
     message: str
+    detail: ErrorDetail | None = None
 
-    def as_json(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
+    def as_json(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.detail is not None:
+            shown["detail"] = self.detail.model_dump(mode="json")
+        return shown
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> JobError:
+        detail = value.get("detail")
+        return cls(
+            str(value["code"]),
+            str(value["message"]),
+            ErrorDetail.model_validate(detail) if detail is not None else None,
+        )
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,19 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from chains.errors import ErrorDetail
 from chains.jobs import webhook
 from chains.jobs.records import Job, JobError, JobStatus
 from chains.jobs.store import JobRefused, JobStore, worker_owner
 
-__all__ = ["Invoke", "JobFailed", "JobRunner", "RunnerSettings"]
+__all__ = ["Describe", "Invoke", "JobFailed", "JobRunner", "RunnerSettings"]
 
 logger = logging.getLogger("chains.jobs")
 
 # Runs one job's input through the endpoint: the output as the endpoint's JSON, or raises.
 Invoke = Callable[[Job], Awaitable[bytes]]
+# What a failed attempt's exception is, as POST /run_remote would have answered it.
+Describe = Callable[[BaseException, Job], ErrorDetail]
 
 
 class JobFailed(Exception):
@@ -58,8 +61,10 @@ class JobRunner:
         chain: str,
         webhook_secret: str | None,
         settings: RunnerSettings | None = None,
+        describe: Describe | None = None,
     ) -> None:
         self.store = store
+        self._describe = describe
         self.chain = chain
         self.settings = settings or RunnerSettings()
         self.owner = worker_owner()
@@ -141,9 +146,9 @@ class JobRunner:
         except JobFailed as exc:
             await self._failed(job, JobError(exc.code, str(exc)), retryable=False)
         except Exception as exc:
-            await self._failed(
-                job, JobError(type(exc).__name__, str(exc) or type(exc).__name__), retryable=True
-            )
+            detail = self._describe(exc, job) if self._describe is not None else None
+            error = JobError(type(exc).__name__, str(exc) or type(exc).__name__, detail)
+            await self._failed(job, error, retryable=True)
         else:
             stored = await self._store_output(job, output)
             if stored:

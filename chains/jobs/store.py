@@ -573,7 +573,7 @@ def _job(row: tuple[object, ...]) -> Job:
         retry=RetryConfig.model_validate_json(str(retry)),
         attempts=int(attempts),  # type: ignore[call-overload]
         output=bytes(output) if output is not None else None,  # type: ignore[call-overload]
-        errors=tuple(JobError(e["code"], e["message"]) for e in json.loads(str(errors))),
+        errors=tuple(JobError.from_json(e) for e in json.loads(str(errors))),
         cancel_requested=bool(cancel),
         webhook_attempts=int(webhook_attempts),  # type: ignore[call-overload]
         streams=bool(streams),

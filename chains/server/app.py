@@ -172,6 +172,7 @@ class ChainletApp:
             run_timeout_sec=jobs.run_timeout_sec,
             webhook_secret=jobs.webhook_secret,
             workers=jobs.workers,
+            public_errors=self._public_errors,
         )
 
     async def _build(self) -> None:

@@ -31,6 +31,7 @@ import pydantic
 
 from chains import codec
 from chains.call_context import CallContext, serving_call
+from chains.errors import ErrorDetail
 from chains.jobs.records import AsyncRequest, Job, JobStatus
 from chains.jobs.runner import JobFailed, JobRunner, RunnerSettings
 from chains.jobs.store import JobRefused, JobStore
@@ -81,6 +82,7 @@ class JobRoutes:
         run_timeout_sec: float,
         webhook_secret: str | None,
         workers: int = 2,
+        public_errors: bool = True,
     ) -> None:
         self.spec = spec
         self.chain = chain
@@ -90,12 +92,14 @@ class JobRoutes:
         self._open_stream = open_stream
         self._max_body = max_body_bytes
         self._run_timeout = run_timeout_sec
+        self._public_errors = public_errors
         self.runner = JobRunner(
             store,
             self._run_job,
             chain=chain,
             webhook_secret=webhook_secret,
             settings=RunnerSettings(workers=workers),
+            describe=self._describe,
         )
 
     @staticmethod
@@ -125,6 +129,15 @@ class JobRoutes:
                     return await self._run_stream(job, arguments)
                 value = await self._invoke_endpoint(arguments)
         return codec.encode_result(endpoint, value)
+
+    def _describe(self, exc: BaseException, job: Job) -> ErrorDetail:
+        """A failed attempt's error as ``POST /run_remote`` answers it: whoever may read the
+        job's status sees what a caller of the entrypoint would (no tracebacks, unless the
+        chain shows them), so that a client raises the same error for both."""
+        detail = ErrorDetail.from_exception(exc, self.spec.name)
+        if self._public_errors:
+            return detail.public(job.id)
+        return detail.model_copy(update={"request_id": job.id})
 
     async def _run_stream(self, job: Job, arguments: dict[str, Any]) -> bytes:
         """Run a streaming job: its events, in their SSE form, go to the store as they come,

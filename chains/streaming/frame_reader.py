@@ -276,12 +276,8 @@ class FrameReader:
         """
         if self._state != _BODY:
             await self.start()
-        if header_first and self._header is not _MISSING and not self._header_taken:
-            raise ChainsUsageError(
-                f"Called `read_items`, but there the stream contains header data, which is not "
-                f"consumed: call `await reader.read_header()` first (the {self.wire.name} stream "
-                "sends its header before the items)"
-            )
+        if header_first:
+            self.refuse_unread_header()
         if self._state != _BODY:
             return
         load = self.wire.item.load
@@ -309,6 +305,20 @@ class FrameReader:
             yield item
         if self._error is not None:
             raise self._error
+
+    def refuse_unread_header(self) -> None:
+        """Raise if a header arrived (see :meth:`start`) but was not taken with :meth:`header`.
+
+        The one decision behind every reader's "read the header first", the asynchronous
+        readers' and ``chains.client``'s blocking one: an unseen header is refused, as Truss
+        Chains' readers do, not skipped. The reader stays usable: read the header, then the items.
+        """
+        if self._header is not _MISSING and not self._header_taken:
+            raise ChainsUsageError(
+                "Called `read_items`, but there the stream contains header data, which is not "
+                f"consumed: call `reader.read_header()` first (the {self.wire.name} stream sends "
+                "its header before the items)"
+            )
 
     async def _after_items(self, kind: int, payload: bytes) -> None:
         try:

@@ -95,8 +95,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     for name in CALLS:
         directory = generate_chain(file, folder / "out" / name, entrypoint=name)[name]
         kind = load_chain(file, name).entrypoint.endpoint.output_kind.name
+        # Each entrypoint keeps its own async calls, as a pushed chain does (`chains jobs`).
+        serving = {**env, "CHAINS_JOBS_STORE": str(folder / f"jobs-{name}.sqlite")}
         served[name] = Served(
-            name, kind, TlsServer(directory, folder / "ca" / "ca.pem", entrypoint=True, env=env)
+            name, kind, TlsServer(directory, folder / "ca" / "ca.pem", entrypoint=True, env=serving)
         )
     try:
         for one in served.values():
@@ -253,6 +255,59 @@ def test_a_ca_file_that_is_missing_or_not_pem_is_refused_before_calling(setup: S
     assert result.returncode == 1
     assert f"--ca-file={str(garbage)!r} holds no certificate authority" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _jobs(home: Path, chain: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chains", "jobs", chain, *args],
+        capture_output=True,
+        text=True,
+        env=_env(home, **env),
+        timeout=60,
+    )
+
+
+def test_chains_jobs_without_the_authority_is_refused_naming_the_certificate_and_ca_file(
+    setup: Setup, tmp_path: Path
+) -> None:
+    served = setup.served["Shout"]
+    _record(tmp_path, "tls", served, entrypoint_ca=None)
+    result = _jobs(tmp_path, "tls")
+    assert result.returncode == 1, result
+    assert f"the certificate of https://localhost:{served.server.port} is not trusted" in result.stderr
+    assert "--ca-file PATH" in result.stderr and "CHAINS_CA_FILE" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    submitted = _call(tmp_path, "tls", "--async", *CALLS["Shout"][0])  # `call --async` alike
+    assert submitted.returncode == 1 and "is not trusted" in submitted.stderr, submitted
+    assert "Traceback" not in submitted.stderr
+
+
+def test_chains_jobs_with_ca_file_fetches_lists_and_cancels_a_job(setup: Setup, tmp_path: Path) -> None:
+    _record(tmp_path, "tls", setup.served["Shout"], entrypoint_ca=None)
+    ca = str(setup.ca)
+    submitted = _call(tmp_path, "tls", "--async", *CALLS["Shout"][0], "--ca-file", ca)
+    assert submitted.returncode == 0, submitted.stderr
+    request_id = submitted.stdout.strip()
+    output = _jobs(tmp_path, "tls", request_id, "--wait", "30", "--output", "--ca-file", ca)
+    assert output.returncode == 0, output.stderr
+    assert output.stdout == '"HELLO"\n'
+    listed = _jobs(tmp_path, "tls", "--ca-file", ca)
+    assert listed.returncode == 0 and request_id in listed.stdout and "SUCCEEDED" in listed.stdout
+    canceled = _jobs(tmp_path, "tls", request_id, "--cancel", CHAINS_CA_FILE=ca)  # the variable too
+    assert canceled.returncode == 0 and "the request already ended: SUCCEEDED" in canceled.stdout
+
+
+def test_chains_jobs_trusts_the_recorded_authority_and_ca_file_overrides_it(
+    setup: Setup, tmp_path: Path
+) -> None:
+    _record(tmp_path, "tls", setup.served["Shout"], entrypoint_ca=setup.ca)
+    assert _jobs(tmp_path, "tls").returncode == 0
+    refused = _jobs(tmp_path, "tls", "--ca-file", str(setup.other_ca))
+    assert refused.returncode == 1 and f"--ca-file {setup.other_ca} did not issue it" in refused.stderr
+    missing = tmp_path / "missing.pem"
+    unreadable = _jobs(tmp_path, "tls", "--ca-file", str(missing))
+    assert unreadable.returncode == 1 and "cannot be read" in unreadable.stderr
+    assert "Traceback" not in unreadable.stderr + refused.stderr
 
 
 def test_the_dashboard_relays_to_the_entrypoint_with_the_recorded_authority(

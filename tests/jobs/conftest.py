@@ -22,6 +22,7 @@ from chains.targets import PushOptions
 from chains.targets.state import chain_dir
 
 CHAIN_FILE = Path(__file__).parent / "jobs_chain.py"
+STREAM_CHAIN = Path(__file__).parent / "stream_chain.py"
 
 
 @pytest.fixture
@@ -43,6 +44,17 @@ def pushed(chains_home: Path) -> Iterator[ChainHandle]:
         yield handle
     finally:
         stop_chain("jobs", grace=5)
+
+
+@pytest.fixture
+def streaming(chains_home: Path) -> Iterator[ChainHandle]:
+    """The streaming chain of stream_chain.py, pushed."""
+    chain = load_chain(STREAM_CHAIN, "StreamEntry", "streaming-jobs")
+    handle = push_chain(chain, STREAM_CHAIN, "local", PushOptions(timeout=60))
+    try:
+        yield handle
+    finally:
+        stop_chain("streaming-jobs", grace=5)
 
 
 def secret_of(name: str) -> str:

@@ -118,6 +118,10 @@ def test_a_failing_job_runs_as_often_as_its_retry_config_says(pushed: ChainHandl
     status = api.wait(job, {"FAILED", "SUCCEEDED"}, timeout=30)
     assert status["status"] == "FAILED" and status["attempts"] == 3
     assert "failing bad on purpose" in status["errors"][0]["message"]
+    # The error as POST /run_remote would answer it, in its public form: no traceback.
+    detail = status["errors"][0]["detail"]
+    assert detail["exc_type"] == "RuntimeError" and detail["message"] == "failing bad on purpose"
+    assert detail["request_id"] == job and detail["traceback"] == ""
     assert sum(1 for line in log_lines(log) if line.startswith("start bad")) == 3
 
 

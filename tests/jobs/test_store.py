@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from chains.errors import ErrorDetail
 from chains.jobs import (
     AsyncRequest,
     JobError,
@@ -95,9 +96,12 @@ def test_failures_retry_with_back_off_then_fail(store: SqlJobStore) -> None:
     assert store.fail(job.id, "w", JobError("E", "boom"), retryable=True, now=1) is JobStatus.QUEUED
     assert store.claim("w", lease_sec=5, now=1.5) is None  # not before its delay
     assert store.claim("w", lease_sec=5, now=2.1) is not None
-    assert store.fail(job.id, "w", JobError("E", "boom"), retryable=True, now=3) is JobStatus.FAILED
+    detail = ErrorDetail(exc_type="ValueError", exc_module="builtins", message="boom", request_id=job.id)
+    error = JobError("ValueError", "boom", detail)
+    assert store.fail(job.id, "w", error, retryable=True, now=3) is JobStatus.FAILED
     failed = store.get(job.id)
-    assert failed is not None and failed.errors == (JobError("E", "boom"),)
+    assert failed is not None and failed.errors == (error,)  # the body's error kept whole
+    assert failed.status_json("c")["errors"][0]["detail"]["exc_type"] == "ValueError"
 
 
 def test_bounds_refuse_with_a_status_and_a_reason(store: SqlJobStore) -> None:

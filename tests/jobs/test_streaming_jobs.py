@@ -4,29 +4,13 @@ httpx and with a real browser's EventSource through a real nginx that cuts idle 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
-from chains.deploy import ChainHandle, push_chain, stop_chain
-from chains.loader import load_chain
+from chains.deploy import ChainHandle
 from chains.streaming.sse import SSE
-from chains.targets import PushOptions
 from tests.jobs.conftest import Api, log_lines
-
-STREAM_CHAIN = Path(__file__).parent / "stream_chain.py"
-
-
-@pytest.fixture
-def streaming(chains_home: Path) -> Iterator[ChainHandle]:
-    chain = load_chain(STREAM_CHAIN, "StreamEntry", "streaming-jobs")
-    handle = push_chain(chain, STREAM_CHAIN, "local", PushOptions(timeout=60))
-    try:
-        yield handle
-    finally:
-        stop_chain("streaming-jobs", grace=5)
 
 
 def read_events(

@@ -307,7 +307,7 @@ async def test_reader_kinds_follow_the_types() -> None:
 async def test_an_unread_header_is_refused_and_read_footer_skips_unread_items() -> None:
     data = full_stream(["a", "b", "c"])
     reader = stream_reader(FULL, [data])
-    with pytest.raises(ChainsUsageError, match=r"call `await reader.read_header\(\)` first"):
+    with pytest.raises(ChainsUsageError, match=r"call `reader.read_header\(\)` first"):
         await anext(aiter(reader.read_items()))
     assert await reader.read_header() == Meta(model="m")
     async for item in reader.read_items():

@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
             "chains.stubs",
             "chains.client",
             "chains.client_http",
+            "chains.client_jobs",
             "chains.local",
             "chains.local_routes",
             "chains.loader",

@@ -1,0 +1,434 @@
+"""A chain's async calls from a consumer's program: what :meth:`chains.client.Client.submit`
+and :meth:`chains.client.AsyncClient.submit` return.
+
+A submitted job is stored by the entrypoint and answered with its id at once; it runs on the
+entrypoint's workers and outlives the request, the handle and the program (docs/jobs.md)::
+
+    from chains.client import Client, JobStatus
+
+    with Client(url, api_key=key) as client:
+        job = client.submit(Summary, text="an hour of transcript")
+        print(job.id, job.status())                   # JobStatus.QUEUED, IN_PROGRESS, ...
+        summary = job.result(timeout=600)             # polls with back-off; a Summary
+        same = client.job(job.id, Summary)            # the same job, from its id
+
+:class:`Job` and :class:`AsyncJob` only send and read; :class:`_JobCore` decides what every
+answer means (the typed status, the rebuilt error, when to poll next), so that both agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import httpx
+
+from chains.call_policy import answer_error
+from chains.client_http import AsyncHTTP
+from chains.errors import (
+    ChainsUsageError,
+    DeadlineExceeded,
+    ErrorDetail,
+    JobCanceled,
+    JobExpired,
+    JobFailedError,
+    JobTimeout,
+    RemoteError,
+    StreamInterrupted,
+)
+from chains.jobs.records import JobError, JobStatus
+from chains.streaming.sse import SSE, SSEDecoder
+from chains.wire import ASYNC_REQUEST, JSON_MEDIA_TYPE, SSE_MEDIA_TYPE
+
+__all__ = ["AsyncJob", "Job", "JobInfo", "JobStatus"]
+
+T = TypeVar("T")
+
+# The waits between two looks at a job's status: short at first (most jobs are quick), then
+# doubling up to a second, which an hour-long job does not notice and a store does not feel.
+FIRST_POLL_SEC = 0.05
+MAX_POLL_SEC = 1.0
+
+
+class _Caller(Protocol):
+    """What a handle needs of the client that made it (chains.client's, which imports this
+    module: the handles name it by what it does, not by its class)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def _headers_for(self, accept: str) -> dict[str, str]: ...
+
+    def _sending(self) -> AbstractContextManager[None]: ...
+
+    def _result(self, output_type: Any, status: int, headers: Mapping[str, str], content: bytes) -> Any: ...
+
+    def _late(self) -> DeadlineExceeded: ...
+
+
+class _SyncCaller(_Caller, Protocol):
+    @property
+    def _http(self) -> httpx.Client: ...
+
+
+class _AsyncCaller(_Caller, Protocol):
+    @property
+    def _http(self) -> AsyncHTTP: ...
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What ``GET /async_request/{id}`` answered, typed."""
+
+    id: str
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    errors: tuple[JobError, ...]
+    streams: bool  # its output is events (read them with ``events()``), not one result
+    events: int  # how many events a streaming job has kept so far
+
+
+class _EventKind(enum.Enum):
+    """What one event of ``/async_request/{id}/events`` means to its reader."""
+
+    SHOWN = "shown"  # an item, header, footer or restart: handed to the caller
+    END = "end"  # the stream ended complete
+    ERROR = "error"  # the run failed: raised
+
+
+class _Polling:
+    """The waits of one ``result(timeout=...)``: back-off, and never past its deadline."""
+
+    def __init__(self, job_id: str, timeout: float | None) -> None:
+        if timeout is not None and timeout < 0:
+            raise ChainsUsageError(
+                f"result(timeout={timeout}) must be at least 0 seconds, or None for no bound"
+            )
+        self._job_id = job_id
+        self._timeout = timeout
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._next = FIRST_POLL_SEC
+
+    def wait(self, info: JobInfo) -> float:
+        """Seconds to wait before the next look at a job that is not done; raises
+        :class:`JobTimeout` once the deadline has passed."""
+        wait = self._next
+        self._next = min(self._next * 2, MAX_POLL_SEC)
+        if self._deadline is None:
+            return wait
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            late = JobTimeout(
+                f"job {self._job_id} is still {info.status.value} after {self._timeout}s: it goes on; "
+                "call result() again with a longer timeout to wait for it, or cancel() it"
+            )
+            late.job_id = self._job_id
+            raise late
+        return min(wait, remaining)
+
+
+class _JobCore:
+    """What :class:`Job` and :class:`AsyncJob` share: the job's routes and what each answer
+    means. No I/O."""
+
+    def __init__(self, client: _Caller, job_id: str, output_type: Any) -> None:
+        if not job_id or "/" in job_id:
+            raise ChainsUsageError(f"a job id is the request_id its submission answered, got {job_id!r}")
+        self.id = job_id
+        self._client = client
+        self._output_type = output_type
+        self.status_url = f"{client.url}{ASYNC_REQUEST}/{job_id}"
+        self.headers = client._headers_for(JSON_MEDIA_TYPE)
+        self._last_event: int | None = None
+
+    def _error(self, status: int, headers: Mapping[str, str], content: bytes) -> Exception:
+        return answer_error(f"job {self.id}", self._client.url, status, content, headers)
+
+    def info(self, status: int, headers: Mapping[str, str], content: bytes) -> JobInfo:
+        if status != 200:
+            raise self._error(status, headers, content)
+        answer = json.loads(content)
+        return JobInfo(
+            id=str(answer["request_id"]),
+            status=JobStatus(answer["status"]),
+            attempts=int(answer.get("attempts", 0)),
+            max_attempts=int(answer.get("max_attempts", 1)),
+            errors=tuple(JobError.from_json(error) for error in answer.get("errors", [])),
+            streams="events" in answer,
+            events=int(answer.get("events", 0)),
+        )
+
+    def polling(self, timeout: float | None) -> _Polling:
+        return _Polling(self.id, timeout)
+
+    def refuse_stream(self, info: JobInfo) -> None:
+        if info.streams:
+            raise ChainsUsageError(
+                f"job {self.id} streams: it has no single result; read what it streamed with "
+                "job.events() (from any event on with events(last_event_id=N))"
+            )
+
+    def failure(self, status: JobStatus, errors: tuple[JobError, ...]) -> Exception:
+        """The exception an ended job that did not succeed is: its body's own error rebuilt as
+        ``call()`` rebuilds it, or :class:`JobFailedError`."""
+        last = errors[-1] if errors else None
+        if status is JobStatus.FAILED and last is not None and last.detail is not None:
+            return RemoteError.from_detail(last.detail)
+        reasons = "; ".join(f"{error.code}: {error.message}" for error in errors)
+        kind = _ENDS.get(status, JobFailedError)
+        failed = kind(f"job {self.id} ended {status.value}" + (f" ({reasons})" if reasons else ""))
+        failed.job_id = self.id
+        failed.reasons = tuple((error.code, error.message) for error in errors)
+        return failed
+
+    def check_succeeded(self, info: JobInfo) -> None:
+        if info.status is not JobStatus.SUCCEEDED:
+            raise self.failure(info.status, info.errors)
+
+    def output(self, status: int, headers: Mapping[str, str], content: bytes) -> Any:
+        return self._client._result(self._output_type, status, headers, content)
+
+    def canceled(self, status: int, headers: Mapping[str, str], content: bytes) -> bool:
+        if status != 200:
+            raise self._error(status, headers, content)
+        return bool(json.loads(content)["canceled"])
+
+    def events_headers(self, last_event_id: int | None) -> dict[str, str]:
+        if last_event_id is not None and last_event_id < 0:
+            raise ChainsUsageError(
+                f"last_event_id={last_event_id}: event numbers start at 1 (0: from the start)"
+            )
+        self._last_event = last_event_id
+        headers = self._client._headers_for(SSE_MEDIA_TYPE)
+        if last_event_id is not None:
+            headers["last-event-id"] = str(last_event_id)
+        return headers
+
+    def check_events(self, status: int, headers: Mapping[str, str], content: bytes) -> None:
+        if status == 409:
+            raise ChainsUsageError(f"job {self.id} does not stream: read its result with job.result()")
+        if status != 200:
+            raise self._error(status, headers, content)
+
+    def kind(self, event: SSE) -> _EventKind:
+        """What ``event`` means; raises the run's error for an error event."""
+        if event.id is not None and event.id.isdigit():
+            self._last_event = int(event.id)
+        if event.event == "end":
+            return _EventKind.END
+        if event.event != "error":
+            return _EventKind.SHOWN
+        payload = json.loads(event.data)
+        if isinstance(payload, dict) and "exc_type" in payload:
+            raise RemoteError.from_detail(ErrorDetail.model_validate(payload))
+        # The job ended without its stream's own end (canceled, expired, its worker lost).
+        errors = tuple(JobError.from_json(error) for error in payload.get("errors", []))
+        status = payload.get("status")
+        raise self.failure(JobStatus(status) if status in _STATUSES else JobStatus.FAILED, errors)
+
+    def interrupted(self, cause: BaseException | None = None) -> StreamInterrupted:
+        seen = "before its first event" if self._last_event is None else f"after event {self._last_event}"
+        resume = self._last_event or 0
+        reason = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        return StreamInterrupted(
+            f"the events of job {self.id} stopped {seen}, before their end{reason}: the job goes on; "
+            f"read the rest with events(last_event_id={resume})"
+        )
+
+
+_STATUSES = {status.value for status in JobStatus}
+# The ends without a result that have an error class of their own; any other is JobFailedError.
+_ENDS: dict[JobStatus, type[JobFailedError]] = {
+    JobStatus.CANCELED: JobCanceled,
+    JobStatus.EXPIRED: JobExpired,
+}
+
+
+class Job(Generic[T]):
+    """A job submitted with :meth:`chains.client.Client.submit` (or found by its id with
+    :meth:`~chains.client.Client.job`); every method asks the entrypoint anew::
+
+        job = client.submit(Summary, text="...")
+        if job.status() is JobStatus.QUEUED:
+            job.cancel()
+        summary = job.result(timeout=60)   # raises the body's error as call() would
+    """
+
+    def __init__(self, client: _SyncCaller, job_id: str, output_type: Any = None) -> None:
+        self._client = client
+        self._core = _JobCore(client, job_id, output_type)
+
+    @property
+    def id(self) -> str:
+        """The job's request id: the one to give ``client.job(...)``, ``chains jobs`` or Baseten's API."""
+        return self._core.id
+
+    def __repr__(self) -> str:
+        return f"Job({self.id!r})"
+
+    def _get(self, url: str) -> tuple[int, Mapping[str, str], bytes]:
+        with self._client._sending():
+            response = self._client._http.get(url, headers=self._core.headers)
+        return response.status_code, response.headers, response.content
+
+    def info(self) -> JobInfo:
+        """The job's status, attempts and errors, as the entrypoint has them now."""
+        return self._core.info(*self._get(self._core.status_url))
+
+    def status(self) -> JobStatus:
+        """Where the job is now: QUEUED, IN_PROGRESS, or one of the ends (SUCCEEDED, FAILED,
+        EXPIRED, CANCELED; ``status().is_terminal``)."""
+        return self.info().status
+
+    def result(self, timeout: float | None = None) -> T:
+        """Wait for the job to end (up to ``timeout`` seconds; None: as long as it takes) and
+        return its result validated as the submission's output type, as ``call()`` returns it.
+
+        Raises the body's own error rebuilt as ``call()`` raises it (a RemoteError that is also
+        its original builtin type); ``chains.errors.JobCanceled``, ``JobExpired`` or (a lost
+        worker) their base ``JobFailedError`` for a job that ended without a result; and
+        ``chains.errors.JobTimeout`` (a TimeoutError naming the job) once ``timeout`` has passed.
+        """
+        polling = self._core.polling(timeout)
+        info = self.info()
+        self._core.refuse_stream(info)
+        while not info.status.is_terminal:
+            time.sleep(polling.wait(info))
+            info = self.info()
+        self._core.check_succeeded(info)
+        result: T = self._core.output(*self._get(self._core.status_url + "/output"))
+        return result
+
+    def cancel(self) -> bool:
+        """Cancel the job: a queued one at once, a running one as a caller that leaves is (its
+        status turns CANCELED once its body stopped). True if it is canceled or will be, False
+        if it had already ended otherwise (succeeded, failed or expired)."""
+        with self._client._sending():
+            response = self._client._http.delete(self._core.status_url, headers=self._core.headers)
+        return self._core.canceled(response.status_code, response.headers, response.content)
+
+    def events(self, last_event_id: int | None = None) -> Iterator[SSE]:
+        """A streaming job's kept events, as they are stored (live while it runs), from the one
+        after ``last_event_id`` (None or 0: from the first). Each carries its number as its
+        ``id``; items are ``data``, and ``event`` is ``header``, ``footer`` or ``restart`` (a new
+        attempt starts over) for the others. The iteration ends at the stream's end; an error
+        is raised as :meth:`result` raises it, a cut as StreamInterrupted naming where to resume.
+        """
+        headers = self._core.events_headers(last_event_id)
+        with self._client._sending():
+            request = self._client._http.build_request(
+                "GET", self._core.status_url + "/events", headers=headers
+            )
+            response = self._client._http.send(request, stream=True)
+        try:
+            status = response.status_code
+            self._core.check_events(status, response.headers, response.read() if status != 200 else b"")
+            decoder = SSEDecoder()
+            chunks = response.iter_bytes()
+            while True:
+                try:
+                    chunk = next(chunks)
+                except StopIteration:
+                    raise self._core.interrupted() from None
+                except httpx.TimeoutException as exc:
+                    raise self._client._late() from exc
+                except Exception as exc:  # the connection broke mid-stream (httpx's own errors)
+                    raise self._core.interrupted(exc) from exc
+                for event in decoder.feed(chunk):
+                    if self._core.kind(event) is _EventKind.END:
+                        return
+                    yield event
+        finally:
+            response.close()
+
+
+class AsyncJob(Generic[T]):
+    """:class:`Job` for :class:`chains.client.AsyncClient`: the same methods, awaited::
+
+    job = await client.submit(Summary, text="...")
+    summary = await job.result(timeout=60)
+    async for event in job.events():      # a streaming job's kept events
+        print(event.id, event.data)
+    """
+
+    def __init__(self, client: _AsyncCaller, job_id: str, output_type: Any = None) -> None:
+        self._client = client
+        self._core = _JobCore(client, job_id, output_type)
+
+    @property
+    def id(self) -> str:
+        """The job's request id; see :attr:`Job.id`."""
+        return self._core.id
+
+    def __repr__(self) -> str:
+        return f"AsyncJob({self.id!r})"
+
+    async def _get(self, url: str) -> tuple[int, Mapping[str, str], bytes]:
+        with self._client._sending():
+            answer = await self._client._http.send("GET", url, None, self._core.headers, stream=False)
+            content = await answer.read()
+        return answer.status, answer.headers, content
+
+    async def info(self) -> JobInfo:
+        """See :meth:`Job.info`."""
+        return self._core.info(*await self._get(self._core.status_url))
+
+    async def status(self) -> JobStatus:
+        """See :meth:`Job.status`."""
+        return (await self.info()).status
+
+    async def result(self, timeout: float | None = None) -> T:
+        """See :meth:`Job.result`; other tasks run while it waits."""
+        polling = self._core.polling(timeout)
+        info = await self.info()
+        self._core.refuse_stream(info)
+        while not info.status.is_terminal:
+            await asyncio.sleep(polling.wait(info))
+            info = await self.info()
+        self._core.check_succeeded(info)
+        result: T = self._core.output(*await self._get(self._core.status_url + "/output"))
+        return result
+
+    async def cancel(self) -> bool:
+        """See :meth:`Job.cancel`."""
+        with self._client._sending():
+            answer = await self._client._http.send(
+                "DELETE", self._core.status_url, None, self._core.headers, stream=False
+            )
+            content = await answer.read()
+        return self._core.canceled(answer.status, answer.headers, content)
+
+    async def events(self, last_event_id: int | None = None) -> AsyncIterator[SSE]:
+        """See :meth:`Job.events`."""
+        headers = self._core.events_headers(last_event_id)
+        with self._client._sending():
+            answer = await self._client._http.send(
+                "GET", self._core.status_url + "/events", None, headers, stream=True
+            )
+        try:
+            status = answer.status
+            self._core.check_events(status, answer.headers, await answer.read() if status != 200 else b"")
+            decoder = SSEDecoder()
+            chunks = answer.chunks()
+            while True:
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    raise self._core.interrupted() from None
+                except TimeoutError as exc:
+                    raise self._client._late() from exc
+                except Exception as exc:  # the connection broke mid-stream (aiohttp's or httpx's)
+                    raise self._core.interrupted(exc) from exc
+                for event in decoder.feed(chunk):
+                    if self._core.kind(event) is _EventKind.END:
+                        return
+                    yield event
+        finally:
+            await answer.aclose()
