@@ -166,6 +166,7 @@ class Job:
             "priority": self.priority,
             "attempts": self.attempts,
             "max_attempts": self.retry.max_attempts,
+            "webhook_attempts": self.webhook_attempts,
             **({"events": self.events} if self.streams else {}),
         }
 

@@ -44,7 +44,8 @@ def test_a_receiver_that_is_down_for_a_while_still_gets_the_result(
     job = api.submit({"n": 1, "log": str(tmp_path / "log"), "tag": "b"}, webhook_endpoint=receiver.url)
     assert api.wait(job, {"SUCCEEDED", "FAILED"})["status"] == "SUCCEEDED"
     wait_until(lambda: api.status(job)["webhook_status"] == "PENDING", 5, "a pending delivery")
-    time.sleep(2.5)  # at least two deliveries fail meanwhile
+    wait_until(lambda: api.status(job)["webhook_attempts"] >= 2, 30, "two deliveries that failed")
+    assert api.status(job)["webhook_status"] == "PENDING"  # still to be delivered
     assert api.http.get(f"/async_request/{job}/output").json() == {"doubled": 2}  # fetchable throughout
     receiver.start()
     try:
