@@ -54,6 +54,7 @@ from chains.targets.options import SwarmOptions
 from chains.targets.state import (
     ChainletProcess,
     ChainState,
+    ContainerRecord,
     ImageRecord,
     Pushed,
     chain_dir,
@@ -393,8 +394,9 @@ class SwarmTarget:
                         state=status,
                         restarts=max(len(earlier) - 1, 0),
                         started_at=engine_time(task.get("Status", {}).get("Timestamp")) or time.time(),
-                        container=f"{service.name}.{slot} on {node_name(node)}",
-                        image=template["Image"],
+                        container=ContainerRecord(
+                            name=f"{service.name}.{slot} on {node_name(node)}", image=template["Image"]
+                        ),
                     )
                 )
                 if is_entry and status == "ready":

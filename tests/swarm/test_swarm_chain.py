@@ -462,7 +462,8 @@ HEALTH_CHECK_PERIOD_SEC = 2 * 3 + 3  # compose.py: a 2 s interval, 3 retries, a 
 
 def _on_node2(cli: Cli) -> list[dict[str, Any]]:
     """The chain's replicas on node 2, as `chains status --json` shows them."""
-    return [p for p in cli.state("sw-three")["processes"] if str(p["container"]).endswith(" on chains-node2")]
+    processes = cli.state("sw-three")["processes"]
+    return [p for p in processes if p["container"] and p["container"]["name"].endswith(" on chains-node2")]
 
 
 def test_status_names_services_and_their_https_urls(three: dict[str, Any]) -> None:
