@@ -6,6 +6,8 @@ Before: the chainlet wrote its log file directly, which grew without bound.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import threading
@@ -18,6 +20,17 @@ import pytest
 from chains.targets.state import read_state
 from tests.helpers import wait_until
 from tests.reliability.conftest import pushed, record
+
+
+def _has_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` holds ``path`` open."""
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if Path(os.readlink(fd)) == path.resolve():
+                    return True
+    return False
+
 
 SUPERVISED = Path(__file__).parent / "sample_chains" / "supervised_chains.py"
 LINES = 60_000  # of 80 bytes: 4.8 MB through a 1 MB cap
@@ -46,7 +59,8 @@ def test_a_log_is_rotated_capped_and_followed_across_rotations(
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:
-            time.sleep(2.0)  # the follower is reading the file's end
+            # `-n 0` shows what comes after the file's end as the follower opens it
+            wait_until(lambda: _has_open(follower.pid, log), 30, "the follower to open the log")
             started = time.monotonic()
             answer = httpx.post(
                 handle.entrypoint_url + "/run_remote", json={"lines": LINES, "tag": "T"}, timeout=120
