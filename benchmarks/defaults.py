@@ -18,7 +18,8 @@ session and a plain ``httpx.AsyncClient`` with 64 concurrent callers, and ``chai
 against a plain ``httpx.Client`` sequentially; for each, the TCP connections it opened (counted in
 ``/proc/net/tcp``: a client that churns leaves one ``TIME_WAIT`` entry per closed connection).
 Last, 100,000 small typed items streamed through one hop (``benchmarks/chains/streaming.py``),
-read with ``chains.client.AsyncClient``.
+read with ``chains.client.AsyncClient``, then the same stream as server-sent events read by a
+plain aiohttp reader.
 
 Run from the repository root: ``.venv/bin/python -m benchmarks.defaults`` (about 3 minutes);
 ``--smoke`` runs everything once, briefly, and fails only on errors (what CI runs), never on a time.
@@ -284,6 +285,33 @@ async def measure_stream(url: str, rounds: int, items: int) -> list[dict[str, fl
     return out
 
 
+async def measure_sse(url: str, rounds: int, items: int) -> list[dict[str, float]]:
+    """Events/s of the same stream read as server-sent events by a plain aiohttp reader, as an
+    outside client reads it: its ``data:`` lines counted, each item checked once in order."""
+    out = []
+    body = json.dumps({"count": items}).encode()
+    headers = {"content-type": "application/json", "accept": "text/event-stream"}
+    async with aiohttp.ClientSession() as session:
+        for round_no in range(rounds + 1):
+            started = time.perf_counter()
+            received = 0
+            async with session.post(f"{url}/run_remote", data=body, headers=headers) as answer:
+                if answer.status != 200:
+                    raise RuntimeError(f"SSE stream answered {answer.status}")
+                async for line in answer.content:
+                    if line.startswith(b"data: {"):
+                        if json.loads(line[6:])["index"] != received:
+                            raise RuntimeError(f"event {received} arrived out of order")
+                        received += 1
+            total = time.perf_counter() - started
+            if received != items:
+                raise RuntimeError(f"{received} events of {items}")
+            if round_no:
+                out.append({"events_per_s": items / total})
+                harness.log_stderr(f"SSE {items / total:9.0f} events/s")
+    return out
+
+
 # ------------------------------------------------------------------------------------------- main
 
 
@@ -291,6 +319,7 @@ def checks(
     summaries: Sequence[harness.Summary],
     clients: dict[str, dict[str, float]],
     stream: list[dict[str, float]],
+    sse: list[dict[str, float]],
 ) -> list[report.Check]:
     at = {s.target: s for s in summaries}
     out = []
@@ -318,6 +347,8 @@ def checks(
     out.append(report.Check("stream items/s through one hop", items, 250_000, at_least=True))
     first = statistics.median(r["first_item_ms"] for r in stream)
     out.append(report.Check("stream first item ms", first, 10, at_least=False))
+    events = statistics.median(r["events_per_s"] for r in sse)
+    out.append(report.Check("SSE events/s to an outside reader", events, 100_000, at_least=True))
     errors = sum(s.errors for s in summaries) + sum(int(c["errors"]) for c in clients.values())
     out.append(report.Check("failed requests and calls", errors, 0, at_least=False))
     return out
@@ -414,7 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         items = 5_000 if args.smoke else STREAM_ITEMS
         stream = uvloop.run(measure_stream(restream.base_url, args.rounds, items))
-    results = checks(summaries, client_figures, stream)
+        sse = uvloop.run(measure_sse(restream.base_url, args.rounds, items))
+    results = checks(summaries, client_figures, stream, sse)
     print(report.check_lines(results))
     output: dict[str, Any] = {
         "settings": {
@@ -429,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "clients": client_figures,
         "client_runs": {name: [vars_of(r) for r in rs] for name, rs in clients.items()},
         "stream": stream,
+        "sse": sse,
         "results": [s.to_json() for s in summaries],
     }
     if not args.smoke:
