@@ -3,29 +3,13 @@ the same error, and the stream still readable once the header is taken (issue 28
 
 from __future__ import annotations
 
-import pydantic
 import pytest
 
 from chains.client import AsyncClient, Client
 from chains.errors import ChainsUsageError
-from chains.streaming import stream_types
 from tests.client.conftest import KEY
+from tests.client.consume import TOKENS, Started, Usage  # a consumer's own copy of the types
 
-
-class Started(pydantic.BaseModel):
-    prompt: str
-
-
-class Token(pydantic.BaseModel):
-    text: str
-    index: int
-
-
-class Usage(pydantic.BaseModel):
-    tokens: int
-
-
-TOKENS = stream_types(Token, header_type=Started, footer_type=Usage)
 REFUSAL = (
     r"Called `read_items`, but there the stream contains header data"
     r".*call `reader.read_header\(\)` first"
@@ -58,4 +42,3 @@ async def _async_refusal(url: str) -> str:
 async def test_the_sync_reader_refuses_an_unread_header_as_the_async_one_does(urls: dict[str, str]) -> None:
     sync_message = _sync_refusal(urls["Structured"])
     assert sync_message == await _async_refusal(urls["Structured"])
-
