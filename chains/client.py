@@ -42,7 +42,7 @@ import pydantic_core
 
 from chains.call_policy import answer_error
 from chains.client_http import Answer, AsyncHTTP, Unreachable, async_http
-from chains.client_jobs import AsyncJob, Job, JobInfo, JobStatus
+from chains.client_jobs import AsyncJob, Job, JobInfo, JobOptions, JobStatus
 from chains.errors import (
     ChainsRuntimeError,
     DeadlineExceeded,
@@ -75,6 +75,7 @@ __all__ = [
     "JobExpired",
     "JobFailedError",
     "JobInfo",
+    "JobOptions",
     "JobStatus",
     "JobTimeout",
     "Stream",
@@ -120,9 +121,10 @@ class _BaseClient(Generic[_HttpT]):
         # The wire's JSON: bytes as base64, models by alias (what the server validates against).
         return pydantic_core.to_json(arguments, by_alias=True, bytes_mode="base64")
 
-    def _submit_body(self, arguments: dict[str, Any]) -> bytes:
+    def _submit_body(self, options: JobOptions | None, arguments: dict[str, Any]) -> bytes:
         # Baseten's async body: run_remote's arguments by name under model_input, as on the wire.
-        return self._body({"model_input": arguments})
+        fields = options.fields() if options is not None else {}
+        return self._body({"model_input": arguments, **fields})
 
     def _submitted(self, status: int, headers: Mapping[str, str], content: bytes) -> str:
         """The request id a submission was answered with."""
@@ -357,23 +359,32 @@ class Client(_BaseClient[httpx.Client]):
         return Stream(_shape(of), _Body(response, self))
 
     @overload
-    def submit(self, output_type: type[T], /, **arguments: Any) -> Job[T]: ...
+    def submit(
+        self, output_type: type[T], options: JobOptions | None = None, /, **arguments: Any
+    ) -> Job[T]: ...
     @overload
-    def submit(self, output_type: Any = None, /, **arguments: Any) -> Job[Any]: ...
-    def submit(self, output_type: Any = None, /, **arguments: Any) -> Job[Any]:
+    def submit(
+        self, output_type: Any = None, options: JobOptions | None = None, /, **arguments: Any
+    ) -> Job[Any]: ...
+    def submit(
+        self, output_type: Any = None, options: JobOptions | None = None, /, **arguments: Any
+    ) -> Job[Any]:
         """Submit an async call of the entrypoint with ``arguments`` (docs/jobs.md): it is
         stored and answered at once, and runs on the entrypoint's workers. The returned
         :class:`Job`'s ``result()`` is validated as ``output_type``, as :meth:`call`'s is::
 
             job = client.submit(Summary, text="...")
             summary = job.result(timeout=600)
+            urgent = client.submit(Summary, JobOptions(priority=0, webhook_endpoint=hook), text="...")
 
-        Arguments that do not fit ``run_remote`` are refused here, with ValueError.
+        ``options`` (:class:`JobOptions`: priority, webhook, time in the queue, retries) is
+        positional, so that the chain's arguments may have any names. Arguments that do not fit
+        ``run_remote`` are refused here, with ValueError.
         """
         with self._sending():
             response = self._http.post(
                 self._submit_url,
-                content=self._submit_body(arguments),
+                content=self._submit_body(options, arguments),
                 headers=self._headers_for(JSON_MEDIA_TYPE),
             )
         return Job(
@@ -465,10 +476,16 @@ class AsyncClient(_BaseClient[AsyncHTTP]):
         return _items(FrameReader(_shape(of).wire, source))
 
     @overload
-    async def submit(self, output_type: type[T], /, **arguments: Any) -> AsyncJob[T]: ...
+    async def submit(
+        self, output_type: type[T], options: JobOptions | None = None, /, **arguments: Any
+    ) -> AsyncJob[T]: ...
     @overload
-    async def submit(self, output_type: Any = None, /, **arguments: Any) -> AsyncJob[Any]: ...
-    async def submit(self, output_type: Any = None, /, **arguments: Any) -> AsyncJob[Any]:
+    async def submit(
+        self, output_type: Any = None, options: JobOptions | None = None, /, **arguments: Any
+    ) -> AsyncJob[Any]: ...
+    async def submit(
+        self, output_type: Any = None, options: JobOptions | None = None, /, **arguments: Any
+    ) -> AsyncJob[Any]:
         """Submit an async call; see :meth:`Client.submit`::
 
         job = await client.submit(Summary, text="...")
@@ -477,7 +494,7 @@ class AsyncClient(_BaseClient[AsyncHTTP]):
         with self._sending():
             answer = await self._http.post(
                 self._submit_url,
-                self._submit_body(arguments),
+                self._submit_body(options, arguments),
                 self._headers_for(JSON_MEDIA_TYPE),
                 stream=False,
             )

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
+import pydantic
 
 from chains.call_policy import answer_error
 from chains.client_http import AsyncHTTP
@@ -42,11 +43,11 @@ from chains.errors import (
     RemoteError,
     StreamInterrupted,
 )
-from chains.jobs.records import JobError, JobStatus
+from chains.jobs.records import AsyncRequest, JobError, JobStatus
 from chains.streaming.sse import SSE, SSEDecoder
 from chains.wire import ASYNC_REQUEST, JSON_MEDIA_TYPE, SSE_MEDIA_TYPE
 
-__all__ = ["AsyncJob", "Job", "JobInfo", "JobStatus"]
+__all__ = ["AsyncJob", "Job", "JobInfo", "JobOptions", "JobStatus"]
 
 T = TypeVar("T")
 
@@ -54,6 +55,55 @@ T = TypeVar("T")
 # doubling up to a second, which an hour-long job does not notice and a store does not feel.
 FIRST_POLL_SEC = 0.05
 MAX_POLL_SEC = 1.0
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How an async call is queued, retried and reported: the fields of Baseten's async body
+    besides ``model_input`` (docs/jobs.md). Given to ``submit()`` as its second positional
+    argument, so that no name here can clash with an argument of the chain's own::
+
+        options = JobOptions(priority=0, webhook_endpoint="https://example.com/hook", max_attempts=3)
+        job = client.submit(Summary, options, text="...")
+
+    The bounds are the entrypoint's: a value outside them is refused here, with ValueError.
+
+    >>> JobOptions(priority=3)
+    Traceback (most recent call last):
+    ...
+    ValueError: JobOptions: priority: Input should be less than or equal to 2 (got 3)
+    """
+
+    webhook_endpoint: str | None = None
+    priority: int = 0  # 0 runs first, 2 last
+    max_time_in_queue_seconds: int = 600  # then it is EXPIRED, unrun
+    max_attempts: int = 1  # how often it runs in all, if it fails
+    initial_delay_ms: int = 1000  # before the second attempt, doubling after
+    max_delay_ms: int = 5000
+
+    def __post_init__(self) -> None:
+        # The request model is the one the entrypoint validates with: one place for the bounds.
+        try:
+            AsyncRequest.model_validate({"model_input": {}, **self.fields()})
+        except pydantic.ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"] if part != "inference_retry_config")
+            raise ValueError(f"JobOptions: {where}: {error['msg']} (got {error['input']!r})") from None
+
+    def fields(self) -> dict[str, Any]:
+        """The fields of the ``POST /async_run_remote`` body these options stand for."""
+        shown: dict[str, Any] = {
+            "priority": self.priority,
+            "max_time_in_queue_seconds": self.max_time_in_queue_seconds,
+            "inference_retry_config": {
+                "max_attempts": self.max_attempts,
+                "initial_delay_ms": self.initial_delay_ms,
+                "max_delay_ms": self.max_delay_ms,
+            },
+        }
+        if self.webhook_endpoint:
+            shown["webhook_endpoint"] = self.webhook_endpoint
+        return shown
 
 
 class _Caller(Protocol):

@@ -23,6 +23,7 @@ from chains.cli.trust import ca_file_option, entrypoint_context, trust_hint
 if TYPE_CHECKING:
     import httpx
 
+    from chains.client_jobs import JobOptions
     from chains.targets.state import ChainState
 
 __all__ = ["jobs", "submit_job"]
@@ -71,15 +72,12 @@ def submit_job(
     arguments: dict[str, Any],
     *,
     api_key: str | None,
-    webhook: str | None = None,
-    priority: int = 0,
+    options: JobOptions,
     ca_file: Path | None = None,
 ) -> str:
     """Submit ``arguments`` as an async call of ``state``'s chain; its request id. An https://
     entrypoint is trusted as ``chains call`` trusts it (``ca_file``, else the chain's own)."""
-    body: dict[str, Any] = {"model_input": arguments, "priority": priority}
-    if webhook:
-        body["webhook_endpoint"] = webhook
+    body: dict[str, Any] = {"model_input": arguments, **options.fields()}
     with _client(state, api_key, ca_file) as client, _reaching(state, ca_file):
         answer = _answer(client.post("/async_run_remote", json=body), "the submission")
     request_id: str = answer["request_id"]

@@ -262,6 +262,27 @@ def _stopped_logs(name: str, chainlet: str | None, lines: int) -> None:
     help="Submit the call as an async job and print its request id (see `chains jobs`).",
 )
 @click.option("--webhook", help="With --async: the URL the result is POSTed to, signed.")
+@click.option(
+    "--priority",
+    type=int,
+    default=0,
+    show_default=True,
+    help="With --async: 0 runs first, 2 last.",
+)
+@click.option(
+    "--max-queue-sec",
+    type=int,
+    default=600,
+    show_default=True,
+    help="With --async: a job still queued after this long expires unrun.",
+)
+@click.option(
+    "--attempts",
+    type=int,
+    default=1,
+    show_default=True,
+    help="With --async: how often a failing job runs in all (at least once: see docs/jobs.md).",
+)
 def call(
     name: str,
     json_args: str | None,
@@ -273,6 +294,9 @@ def call(
     ca_file: Path | None,
     as_job: bool,
     webhook: str | None,
+    priority: int,
+    max_queue_sec: int,
+    attempts: int,
 ) -> None:
     """Call chain NAME's entrypoint and print the answer; streams print as they arrive.
 
@@ -288,6 +312,7 @@ def call(
       chains call my-chain --file args.json --timeout 600
       chains call my-chain --json '{"text": "hello"}' --ca-file proxy-ca.pem
       chains call my-chain --async --json '{"text": "hello"}'
+      chains call my-chain --async --priority 0 --attempts 3 --webhook https://example.com/hook --json '{}'
       chains call my-chain --route 'POST /v1/chat/completions' --json '{"model": "m", "messages": []}'
       chains call my-chain --route 'GET /v1/models'
     """
@@ -316,8 +341,18 @@ def call(
         fail(f"error: chain {name!r} is stale ({wording(state).gone}); push it again")
     if as_job:
         from chains.cli.jobs import submit_job
+        from chains.client_jobs import JobOptions
 
-        click.echo(submit_job(state, arguments, api_key=api_key, webhook=webhook, ca_file=ca_file))
+        try:
+            options = JobOptions(
+                webhook_endpoint=webhook,
+                priority=priority,
+                max_time_in_queue_seconds=max_queue_sec,
+                max_attempts=attempts,
+            )
+        except ValueError as exc:
+            fail(f"error: {exc}")
+        click.echo(submit_job(state, arguments, api_key=api_key, options=options, ca_file=ca_file))
         return
     kind = guarded(lambda: kind_named(state.entrypoint_kind))
     context = guarded(lambda: entrypoint_context(state, ca_file))

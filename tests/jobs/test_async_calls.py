@@ -168,6 +168,14 @@ def test_the_command_line_submits_waits_for_and_lists_jobs(pushed: ChainHandle, 
     assert json.loads(output.stdout) == {"doubled": 8}
     listed = chains("jobs", "jobs")
     assert listed.returncode == 0 and request_id in listed.stdout and "SUCCEEDED" in listed.stdout
+    # Baseten's options from the command line: two attempts of a failing body, then FAILED.
+    failing = json.dumps({"n": 1, "log": str(tmp_path / "log"), "tag": "twice", "fail": True})
+    submitted = chains("call", "jobs", "--async", "--attempts", "2", "--priority", "1", "--json", failing)
+    assert submitted.returncode == 0, submitted.stderr
+    failed = Api(pushed.entrypoint_url).wait(submitted.stdout.strip(), {"FAILED", "SUCCEEDED"}, timeout=30)
+    assert (failed["status"], failed["attempts"], failed["priority"]) == ("FAILED", 2, 1)
+    refused = chains("call", "jobs", "--async", "--priority", "5", "--json", arguments)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr and "priority" in refused.stderr
     unknown = chains("jobs", "jobs", "0" * 32)
     assert (
         unknown.returncode == 1 and "Traceback" not in unknown.stderr and "no async request" in unknown.stderr

@@ -16,13 +16,14 @@ from chains.client import (
     Job,
     JobCanceled,
     JobFailedError,
+    JobOptions,
     JobStatus,
     JobTimeout,
 )
 from chains.deploy import ChainHandle, stop_chain
 from chains.errors import ChainsRuntimeError, ChainsUsageError, RemoteError
-from tests.helpers import await_until, wait_until
-from tests.jobs.conftest import log_lines, push
+from tests.helpers import await_until, unique_port, wait_until
+from tests.jobs.conftest import Api, Receiver, log_lines, push, secret_of
 
 
 class Doubled(pydantic.BaseModel):
@@ -48,6 +49,32 @@ def test_submit_then_result_is_the_typed_output_and_the_body_ran_once(
         # The same job from its id alone, as another program would find it; untyped, plain JSON.
         assert client.job(job.id).result(timeout=5) == {"doubled": 42}
     assert sum(1 for line in log_lines(log) if line == "done a") == 1
+
+
+def test_job_options_set_retries_priority_and_the_signed_webhook(pushed: ChainHandle, tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    receiver = Receiver(secret_of("jobs"), unique_port())
+    receiver.start()
+    try:
+        options = JobOptions(
+            webhook_endpoint=receiver.url, priority=1, max_attempts=2, initial_delay_ms=50, max_delay_ms=50
+        )
+        with Client(pushed.entrypoint_url) as client:
+            job = client.submit(Doubled, options, n=1, log=str(log), tag="opt", fail=True)
+            with pytest.raises(RemoteError, match="failing opt on purpose"):
+                job.result(timeout=30)
+            info = job.info()
+            assert (info.status, info.attempts, info.max_attempts) == (JobStatus.FAILED, 2, 2)
+        assert Api(pushed.entrypoint_url).status(job.id)["priority"] == 1
+        wait_until(lambda: receiver.delivered, 15, "the webhook's delivery")
+        [delivery] = receiver.delivered
+        assert delivery["request_id"] == job.id and delivery["status"] == "FAILED"
+        assert sum(1 for line in log_lines(log) if line.startswith("start opt")) == 2
+    finally:
+        receiver.stop()
+    # Options are checked against the entrypoint's own bounds before anything is sent.
+    with pytest.raises(ValueError, match=r"JobOptions: max_attempts: .*less than or equal to 10"):
+        JobOptions(max_attempts=11)
 
 
 def test_a_failing_job_raises_the_error_call_raises(pushed: ChainHandle, tmp_path: Path) -> None:
@@ -147,6 +174,17 @@ def test_a_canceled_streaming_job_raises_from_its_events(streaming: ChainHandle,
         with pytest.raises(JobCanceled, match="ended CANCELED"):
             for _ in events:
                 pass
+
+
+async def test_the_async_client_sends_job_options(pushed: ChainHandle, tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    async with AsyncClient(pushed.entrypoint_url) as client:
+        job = await client.submit(
+            Doubled, JobOptions(priority=2, max_time_in_queue_seconds=30), n=5, log=str(log)
+        )
+        assert await job.result(timeout=30) == Doubled(doubled=10)
+    status = Api(pushed.entrypoint_url).status(job.id)
+    assert status["priority"] == 2
 
 
 async def test_the_async_handle_submits_waits_fails_times_out_and_cancels(
