@@ -13,6 +13,8 @@ Run from the repository root, for example::
 
 ``--chain unary`` serves ``Echo`` of ``benchmarks/chains/unary.py`` as an internal chainlet (wrk sends
 the token); ``--chain one_hop`` serves ``Front`` and ``Back`` of ``benchmarks/chains/one_hop.py``.
+``--defaults`` serves them as ``chains push`` does: the request log on, and traces stored (each
+tree into a store of its own).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from benchmarks import harness, report
 from benchmarks.asgi_frameworks import BODY
 from benchmarks.chainlets import CHAINS_DIR, auth_headers, generate_chain, new_token, serve_chainlet
+from benchmarks.defaults import defaults_env
 
 
 def server_argv(tree: Path) -> list[str]:
@@ -42,6 +45,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--tree", type=Path, action="append", required=True, help="a source tree; repeat")
     parser.add_argument("--chain", choices=("unary", "one_hop"), default="unary")
+    parser.add_argument(
+        "--defaults",
+        action="store_true",
+        help="serve as `chains push` does: the request log on and every tree's own trace store",
+    )
     report.add_load_arguments(parser, duration=4.0, rounds=5)
     return parser.parse_args(argv)
 
@@ -57,7 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="chains-bench-") as tmp, contextlib.ExitStack() as stack:
         chain = generate_chain(CHAINS_DIR / f"{args.chain}.py", Path(tmp))
         endpoints = []
-        for name, tree in zip(names, trees, strict=True):
+        for index, (name, tree) in enumerate(zip(names, trees, strict=True)):
+            # Each tree writes a store of its own: one file shared would make them wait on each other.
+            env = defaults_env(Path(tmp) / f"tree{index}") if args.defaults else {}
             if args.chain == "unary":
                 server = stack.enter_context(
                     serve_chainlet(
@@ -65,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         entrypoint=False,
                         token=token,
                         argv=server_argv(tree),
+                        env=env,
                     )
                 )
                 pids: tuple[int, ...] = (server.process.pid,)
@@ -74,7 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             back = stack.enter_context(
                 serve_chainlet(
-                    chain.chainlets["Back"].directory, entrypoint=False, token=token, argv=server_argv(tree)
+                    chain.chainlets["Back"].directory,
+                    entrypoint=False,
+                    token=token,
+                    argv=server_argv(tree),
+                    env=env,
                 )
             )
             front = stack.enter_context(
@@ -83,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     entrypoint=True,
                     token=token,
                     argv=server_argv(tree),
+                    env=env,
                     dependency_urls={"Back": [back.base_url]},
                 )
             )

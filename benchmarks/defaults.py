@@ -22,7 +22,8 @@ read with ``chains.client.AsyncClient``, then the same stream as server-sent eve
 plain aiohttp reader.
 
 Run from the repository root: ``.venv/bin/python -m benchmarks.defaults`` (about 3 minutes);
-``--smoke`` runs everything once, briefly, and fails only on errors (what CI runs), never on a time.
+``--smoke`` runs everything once, briefly, and fails only on errors (what CI runs), never on a time;
+``--servers-only`` measures the six servers alone (about a minute), to compare two trees quickly.
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--client-seconds", type=float, default=3.0, help="seconds per client run")
     parser.add_argument(
         "--smoke", action="store_true", help="one short round of everything; fail on errors only"
+    )
+    parser.add_argument(
+        "--servers-only",
+        action="store_true",
+        help="measure the servers against their floors only (no clients, no streams); nothing is written",
     )
     return parser.parse_args(argv)
 
@@ -417,6 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise RuntimeError("echo-defaults wrote no request log line")
         if not (home / "traces.sqlite").exists():
             raise RuntimeError("echo-defaults stored no trace")
+        if args.servers_only:
+            for s in summaries:
+                print(f"{s.target:<14} {s.rps:8.0f} req/s  {s.server_cpu_per_request_us:6.1f} us CPU/request")
+            return 0 if not any(s.errors for s in summaries) else 1
 
         clients = uvloop.run(
             measure_async_clients(echo_off.base_url, echo_off.port, args.client_seconds, args.rounds)

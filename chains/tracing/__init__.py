@@ -27,6 +27,13 @@ __all__ = ["STORE_ENV", "TraceSettings", "active", "configure", "install"]
 STORE_ENV = "CHAINS_TRACE_STORE"
 KEEP_ENV = "CHAINS_TRACE_KEEP"
 DEFAULT_KEEP = 1000
+RATE_ENV = "CHAINS_TRACE_RATE"
+# Traces a second each process starts and stores whole, besides errors and slow calls: the store
+# then holds the last 10 s of ordinary calls at least, and a busy chainlet stops writing rows
+# nobody reads (benchmarks/defaults.py: the store's rows were most of the defaults' cost).
+DEFAULT_RATE = DEFAULT_KEEP // 10
+SLOW_ENV = "CHAINS_TRACE_SLOW_MS"
+DEFAULT_SLOW_MS = 200.0
 _OFF = ("", "0", "off", "false", "none")
 
 # The process's tracing, set once by the process that serves (a chainlet server): spans go to one
@@ -41,12 +48,23 @@ class TraceSettings:
     True
     >>> TraceSettings.from_env({}).enabled
     False
+    >>> TraceSettings.from_env({"CHAINS_TRACE_RATE": "all"}).rate is None
+    True
     """
 
-    def __init__(self, otlp: bool, store: Path | None, keep: int) -> None:
+    def __init__(
+        self,
+        otlp: bool,
+        store: Path | None,
+        keep: int,
+        rate: int | None = DEFAULT_RATE,
+        slow_ms: float = DEFAULT_SLOW_MS,
+    ) -> None:
         self.otlp = otlp
         self.store = store
         self.keep = keep
+        self.rate = rate  # None: the store is given every trace
+        self.slow_ms = slow_ms
 
     @property
     def enabled(self) -> bool:
@@ -69,7 +87,37 @@ class TraceSettings:
             keep = -1
         if keep < 1:
             raise ChainsUsageError(f"{KEEP_ENV}={raw_keep!r}: give the number of traces to keep, e.g. 1000")
-        return cls(otlp, store, keep)
+        return cls(otlp, store, keep, _rate(env), _slow_ms(env))
+
+
+def _rate(env: Mapping[str, str]) -> int | None:
+    raw = env.get(RATE_ENV, "").strip()
+    if raw.lower() == "all":
+        return None
+    try:
+        rate = int(raw) if raw else DEFAULT_RATE
+    except ValueError:
+        rate = -1
+    if rate < 0:
+        raise ChainsUsageError(
+            f"{RATE_ENV}={raw!r}: give how many traces a second each chainlet stores besides errors "
+            f"and slow calls (e.g. {DEFAULT_RATE}), or 'all' to store every trace"
+        )
+    return rate
+
+
+def _slow_ms(env: Mapping[str, str]) -> float:
+    raw = env.get(SLOW_ENV, "").strip()
+    try:
+        slow = float(raw) if raw else DEFAULT_SLOW_MS
+    except ValueError:
+        slow = -1.0
+    if not slow >= 0 or slow == float("inf"):
+        raise ChainsUsageError(
+            f"{SLOW_ENV}={raw!r}: give the milliseconds from which a call counts as slow and its "
+            f"trace is always stored, e.g. {DEFAULT_SLOW_MS:g}"
+        )
+    return slow
 
 
 def configure(service: str, chain: str, settings: TraceSettings | None = None) -> Tracing | None:

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
-from chains.tracing.store import Row, SpanRecord, SpanWriter, row_of
+from chains.tracing.store import SKIP, STORE_KEY, Row, SpanRecord, SpanWriter, row_of
 
 __all__ = ["StoreExporter", "to_record"]
 
@@ -22,16 +22,26 @@ class StoreExporter(SpanExporter):
     """Writes each batch of ended spans to the SQLite store at ``path``, keeping ``keep`` traces::
 
     provider.add_span_processor(BatchSpanProcessor(StoreExporter(Path("traces.sqlite"))))
+
+    A span of a trace its root left out of the store (``chains=skip`` in its trace state, see
+    :mod:`chains.tracing.spans`) is written only if it failed or took ``slow_ms`` or longer.
     """
 
-    def __init__(self, path: Path, keep: int = 1000) -> None:
+    def __init__(self, path: Path, keep: int = 1000, slow_ms: float = 0.0) -> None:
         self.path = path
         self._writer = SpanWriter(path, keep)
         self._warned = False
+        self._slow_ns = int(slow_ms * 1e6)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        written = self.write_records([to_record(span) for span in spans])
+        written = self.write_records([to_record(span) for span in spans if self._stores(span)])
         return SpanExportResult.SUCCESS if written else SpanExportResult.FAILURE
+
+    def _stores(self, span: ReadableSpan) -> bool:
+        if span.context is None or span.context.trace_state.get(STORE_KEY) != SKIP:
+            return True
+        took = (span.end_time or 0) - (span.start_time or 0)
+        return span.status.status_code is StatusCode.ERROR or took >= self._slow_ns
 
     def write_records(self, records: list[SpanRecord]) -> bool:
         """Write spans already in the store's form; False when they could not be written."""

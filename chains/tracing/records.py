@@ -57,6 +57,7 @@ class ServerSpan(trace.Span):
         "parent",
         "start_ns",
         "status",
+        "stored",
     )
 
     def __init__(
@@ -67,8 +68,12 @@ class ServerSpan(trace.Span):
         parent: SpanContext | None,
         attributes: dict[str, Any],
         kind: SpanKind = SpanKind.SERVER,
+        stored: bool = True,
     ) -> None:
         self._sink = sink
+        # Whether the trace's root chose it for the store (SpanSink.admits); an error or a slow
+        # call is stored all the same, decided as it ends.
+        self.stored = stored
         self.name = name
         self.context = context
         self.parent = parent
@@ -138,8 +143,14 @@ class ServerSpan(trace.Span):
         if self._ended:
             return
         self._ended = True
-        self.end_ns = end_time or time.time_ns()
-        self._sink.put(self)
+        self.end_ns = end_time = end_time or time.time_ns()
+        sink = self._sink
+        if not self.stored and (
+            self.status.status_code is StatusCode.ERROR or end_time - self.start_ns >= sink.slow_ns
+        ):
+            self.stored = True
+        if self.stored or sink.exports:
+            sink.put(self)
 
     # -- conversions, in the sink's thread --------------------------------------------------------
 
@@ -197,6 +208,10 @@ class SpanSink:
     embedding). What is still waiting is handed on by :meth:`flush`, also at exit. With
     ``keep``, the store is given the spans of at most the newest ``keep`` traces of each batch.
 
+    The store is given only the spans marked ``stored``: the roots of at most ``rate`` traces
+    a second (:meth:`admits`; None: every trace), and every span that failed or took
+    ``slow_ms`` or longer. Every span goes to ``processors`` all the same.
+
     >>> sink = SpanSink(Resource.create({"service.name": "Greeter"}), [], None, delay_s=None)
     """
 
@@ -208,6 +223,8 @@ class SpanSink:
         *,
         delay_s: float | None = 0.2,
         keep: int | None = None,
+        rate: int | None = None,
+        slow_ms: float = 0.0,
     ) -> None:
         self._resource = resource
         self._service = str(resource.attributes.get("service.name", ""))
@@ -215,6 +232,25 @@ class SpanSink:
         self._write_rows = write_rows
         self._keep = keep
         self._spans: HandOff[ServerSpan] = HandOff(self._hand_on, name="chains-spans", delay_s=delay_s)
+        self.exports = bool(self._processors)  # every span is handed on, stored or not
+        self.slow_ns = int(slow_ms * 1e6) if rate is not None else 0
+        self._rate = rate
+        self._second = -1
+        self._left = 0
+
+    def admits(self) -> bool:
+        """Whether a new trace is stored whole: the first ``rate`` traces of each second are
+        (a counter, no lock: a trace more or less in a second does not matter)."""
+        if self._rate is None:
+            return True
+        second = time.monotonic_ns() // 1_000_000_000
+        if second != self._second:
+            self._second = second
+            self._left = self._rate
+        if self._left > 0:
+            self._left -= 1
+            return True
+        return False
 
     def put(self, span: ServerSpan) -> None:
         self._spans.put(span)
@@ -229,7 +265,7 @@ class SpanSink:
         if not spans:
             return
         if self._write_rows is not None:
-            stored = self._newest(spans)
+            stored = self._newest([span for span in spans if span.stored])
             service = self._service
             self._write_rows([span.row(service) for span in stored], [span.request_id for span in stored])
         for processor in self._processors:

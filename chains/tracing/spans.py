@@ -29,10 +29,20 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import Decision
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 
 from chains.call_context import CallContext
 from chains.tracing.records import ServerSpan, SpanSink
+from chains.tracing.store import SKIP, STORE_KEY
+from chains.tracing.w3c import Propagation
 
 __all__ = ["BatchSpan", "ClientAttempt", "Conversation", "Tracing"]
 
@@ -66,6 +76,13 @@ BATCH_WAIT_MS = "chains.batch.wait_ms"
 # On a batched call's span: the request id of the batch that served it, whose trace it is (the
 # local store keeps no links, so a reader of the store follows this to the batch's trace).
 BATCH_REQUEST_ID = "chains.batch.request_id"
+
+# The root of a trace decides whether the local store keeps it whole, and tells every hop in
+# the trace's W3C tracestate (``chains=store`` or ``chains=skip``), so that a trace is never
+# stored by one chainlet and left out by the next; see SpanSink.admits.
+_STORE = "store"
+_STORED_STATE = TraceState([(STORE_KEY, _STORE)])
+_SKIPPED_STATE = TraceState([(STORE_KEY, SKIP)])
 
 _EMPTY = otel_context.Context()
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -103,6 +120,7 @@ class Tracing:
         # A sampler other than the default (every trace, or as the caller says) is asked about
         # each server span, as the SDK would: OTEL_TRACES_SAMPLER names it.
         self._sampler = provider.sampler if os.environ.get("OTEL_TRACES_SAMPLER") else None
+        self._propagation = Propagation((_STORED_STATE, _SKIPPED_STATE))
 
     @classmethod
     def from_settings(cls, service: str, chain: str, settings: Any) -> Tracing:
@@ -115,7 +133,9 @@ class Tracing:
         if settings.store is not None:
             from chains.tracing.export import StoreExporter
 
-            store_exporter: SpanExporter = StoreExporter(settings.store, keep=settings.keep)
+            store_exporter: SpanExporter = StoreExporter(
+                settings.store, keep=settings.keep, slow_ms=settings.slow_ms
+            )
             provider.add_span_processor(
                 BatchSpanProcessor(store_exporter, schedule_delay_millis=_STORE_DELAY_MS)
             )
@@ -126,7 +146,13 @@ class Tracing:
             provider.add_span_processor(otlp)
             processors.append(otlp)
         sink = SpanSink(
-            provider.resource, processors, write_rows, delay_s=_STORE_DELAY_MS / 1e3, keep=settings.keep
+            provider.resource,
+            processors,
+            write_rows,
+            delay_s=_STORE_DELAY_MS / 1e3,
+            keep=settings.keep,
+            rate=settings.rate,
+            slow_ms=settings.slow_ms,
         )
         return cls(provider, chain, sink)
 
@@ -172,8 +198,7 @@ class Tracing:
         The span is a plain record (:class:`~chains.tracing.records.ServerSpan`), made here
         instead of by the SDK: what it costs per call is in ``benchmarks/defaults.py``.
         """
-        # Extracting costs a few microseconds: skipped when there is nothing to extract.
-        parent = propagate.extract(headers) if "traceparent" in headers or "baggage" in headers else _EMPTY
+        parent = self._propagation.extract(headers)
         span = self._server_span(f"{chainlet}.{method}", call, parent)
         received = 0
         sent = 0
@@ -229,6 +254,8 @@ class Tracing:
         ``trace_id_wanted`` (0: random). Sampled as the SDK would."""
         caller = trace.get_current_span(parent).get_span_context()
         span_id = _random.getrandbits(64) or 1
+        sink = self._sink
+        state: TraceState | None
         if caller.is_valid:
             trace_id, state, parent_context = caller.trace_id, caller.trace_state, caller
             sampled = caller.trace_flags.sampled  # as the SDK's default sampler: the caller decides
@@ -239,10 +266,21 @@ class Tracing:
             decision = self._sampler.should_sample(parent, trace_id, name, kind, attributes)
             sampled = decision.decision is Decision.RECORD_AND_SAMPLE
         flags = _SAMPLED if sampled else _NOT_SAMPLED
+        if sink is None:
+            return NonRecordingSpan(SpanContext(trace_id, span_id, False, flags, state))
+        decided = state.get(STORE_KEY) if state else None
+        if decided is None:  # this span is the root, or its caller is not a chainlet: decide here
+            stored = sink.admits()
+            if not state:
+                state = _STORED_STATE if stored else _SKIPPED_STATE
+            else:
+                state = state.add(STORE_KEY, _STORE if stored else SKIP)
+        else:
+            stored = decided != SKIP
         context = SpanContext(trace_id, span_id, False, flags, state)
-        if not sampled or self._sink is None:
+        if not sampled:
             return NonRecordingSpan(context)
-        return ServerSpan(self._sink, name, context, parent_context, attributes, kind)
+        return ServerSpan(sink, name, context, parent_context, attributes, kind, stored)
 
     def conversation(self, chainlet: str, call: CallContext, headers: Mapping[str, str]) -> Conversation:
         """The server span of one WebSocket conversation; enter it around ``run_remote``, so the

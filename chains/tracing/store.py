@@ -149,6 +149,11 @@ Row = tuple[str, str, str, str, str, str, int, int, str, str, str, str]
 encode_json = json.JSONEncoder(default=str).encode
 NO_EVENTS = "[]"
 
+# The W3C tracestate key by which a trace's root tells every hop whether this store keeps the
+# trace (``store``) or only its errors and slow calls (``skip``); see chains.tracing.spans.
+STORE_KEY = "chains"
+SKIP = "skip"
+
 
 def row_of(span: SpanRecord) -> Row:
     """``span`` as a row of the spans table."""

@@ -26,9 +26,7 @@ def test_docstring_examples(module: str) -> None:
 
 def _ruff(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "ruff.toml").write_text(
-        templates()
-        .get_template("ruff.toml.jinja")
-        .render(header="#", first_party=["chain", "chains_stubs"])
+        templates().get_template("ruff.toml.jinja").render(header="#", first_party=["chain", "chains_stubs"])
     )
     (tmp_path / "module.py").write_text(source)
     return subprocess.run(

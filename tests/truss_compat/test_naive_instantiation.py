@@ -69,6 +69,6 @@ def test_under_run_local_the_refusal_names_this_file_and_line() -> None:
     with chains.run_local(), pytest.raises(chains.ChainsRuntimeError) as raised:
         Entry()
     assert str(raised.value).startswith(f'File "{__file__}", line {line}: Chainlets cannot be naively')
-    assert f"Entry.__init__ (File \"{__file__}\", line {line})" in str(raised.value)
+    assert f'Entry.__init__ (File "{__file__}", line {line})' in str(raised.value)
     with chains.run_local():
         assert isinstance(Leaf(), Leaf)  # built by the test itself: allowed

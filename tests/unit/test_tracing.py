@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import baggage, propagate, trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import TraceState
 
 import chains
 from chains import tracing
@@ -26,6 +27,7 @@ from chains.stubs import StubOptions
 from chains.tracing import TraceSettings
 from chains.tracing.spans import Tracing
 from chains.tracing.store import SpanRecord, recent_traces, trace_spans, write_spans
+from chains.tracing.w3c import Propagation
 
 
 def _closed_port() -> int:
@@ -228,3 +230,52 @@ def test_otel_traces_sampler_decides_for_server_spans(monkeypatch: pytest.Monkey
     for n in range(2000):  # not hex: each a random trace id
         traced._server_span("Caller.run_remote", CallContext(f"call-{n}"), context.Context()).end()
     assert 300 < len(ours.get_finished_spans()) < 700
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("CHAINS_TRACE_RATE", "-1"), ("CHAINS_TRACE_RATE", "many"), ("CHAINS_TRACE_SLOW_MS", "soon")],
+)
+def test_a_bad_store_rate_or_slow_bound_is_refused_naming_the_variable(variable: str, value: str) -> None:
+    with pytest.raises(ChainsUsageError, match=f"{variable}={value!r}: give"):
+        TraceSettings.from_env({"CHAINS_TRACE_STORE": "/tmp/t.sqlite", variable: value})
+
+
+PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+W3C_HEADERS = [
+    {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "chains=skip"},
+    {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"},
+    {
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "tracestate": "a=x,chains=store",
+    },
+    {"traceparent": "00-00000000000000000000000000000000-b7ad6b7169203331-01"},
+    {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01"},
+    {"traceparent": "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"},
+    {"traceparent": "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-later"},
+    {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0g"},
+    {"traceparent": "garbage"},
+    {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "baggage": "k=v"},
+    {},
+]
+
+
+@pytest.mark.parametrize("headers", W3C_HEADERS)
+def test_the_fast_w3c_reader_reads_what_opentelemetry_reads(headers: dict[str, str]) -> None:
+    ours = Propagation((TraceState([("chains", "store")]), TraceState([("chains", "skip")])))
+    theirs = propagate.extract(headers)
+    read = ours.extract(headers)
+
+    def seen(context: Any) -> tuple[Any, ...]:
+        span = trace.get_current_span(context).get_span_context()
+        state = span.trace_state.to_header() if span.trace_state else ""
+        return (
+            span.trace_id,
+            span.span_id,
+            span.is_remote,
+            span.trace_flags,
+            state,
+            baggage.get_all(context),
+        )
+
+    assert seen(read) == seen(theirs)
