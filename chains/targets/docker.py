@@ -50,7 +50,7 @@ from chains.targets import SettingGroup, Target, TargetKind, is_alive, running_t
 from chains.targets.docker_engine import LABEL, Engine, connect, describe_state, started_at
 from chains.targets.environment import chainlet_environment
 from chains.targets.image_builds import build_images, prune_images
-from chains.targets.job_env import JOBS_FILE, job_environment, jobs_volume
+from chains.targets.job_env import JOBS_FILE, JOBS_MOUNT, job_environment, jobs_volume
 from chains.targets.logs import merge_followed
 from chains.targets.options import DockerOptions
 from chains.targets.ports import check_port_free, free_port, port_of
@@ -71,10 +71,9 @@ if TYPE_CHECKING:
 
     from chains_codegen import GeneratedChain
 
-__all__ = ["CONTAINER_PORT", "JOBS_MOUNT", "DockerTarget"]
+__all__ = ["CONTAINER_PORT", "DockerTarget"]
 
 CONTAINER_PORT = 8000  # what every chainlet listens on inside its container
-JOBS_MOUNT = "/var/lib/chains/jobs"  # the entrypoint's job store volume; the image makes it the user's
 _LOG_TAIL_LINES = 30
 _POLL_SEC = 0.1
 

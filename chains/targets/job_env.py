@@ -22,6 +22,7 @@ from chains.targets.state import write_private
 
 __all__ = [
     "JOBS_FILE",
+    "JOBS_MOUNT",
     "JOBS_OFF_HINT",
     "WEBHOOK_SECRET_FILE",
     "job_environment",
@@ -31,6 +32,9 @@ __all__ = [
 ]
 
 JOBS_FILE = "jobs.sqlite"
+# Where a container's job store volume is mounted; the image makes the folder the chainlet
+# user's, which a new volume takes on.
+JOBS_MOUNT = "/var/lib/chains/jobs"
 WEBHOOK_SECRET_FILE = "webhook_secret"
 JOBS_OFF_HINT = (
     "set CHAINS_JOBS_STORE=postgresql://USER:PASSWORD@HOST:5432/DB (a server every node reaches) "
