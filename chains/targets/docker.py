@@ -50,7 +50,7 @@ from chains.targets import SettingGroup, Target, TargetKind, is_alive, running_t
 from chains.targets.docker_engine import LABEL, Engine, connect, describe_state, started_at
 from chains.targets.environment import chainlet_environment
 from chains.targets.image_builds import build_images, prune_images
-from chains.targets.job_env import JOBS_FILE, JOBS_MOUNT, job_environment, jobs_volume
+from chains.targets.job_env import JOBS_FILE, JOBS_MOUNT, check_postgres_driver, job_environment, jobs_volume
 from chains.targets.logs import merge_followed
 from chains.targets.options import DockerOptions
 from chains.targets.ports import check_port_free, free_port, port_of
@@ -529,6 +529,8 @@ class _DockerLaunch:
         # As on the command line: CHAINS_BASE_IMAGE also serves chains.push() from Python.
         base_image = options.base_image or os.environ.get("CHAINS_BASE_IMAGE") or DEFAULT_BASE_IMAGE
         result = generate(chain, self.source_file, deploy_dir / "generated", base_image=base_image)
+        entry = chain.entrypoint.name
+        check_postgres_driver(plan.jobs, result.chainlets[entry].directory / "requirements.txt", entry)
         plan.images = build_images(self.engine, chain, result, base_image, self.target.log)
         state = self.target._start(self.engine, plan, result, options, previous, self.source_file, token)
         state.images = ImageRecord(base_image=base_image)  # what --watch generates and pushes with

@@ -11,6 +11,7 @@ shell's ``CHAINS_JOBS_STORE``.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ __all__ = [
     "JOBS_MOUNT",
     "JOBS_OFF_HINT",
     "WEBHOOK_SECRET_FILE",
+    "check_postgres_driver",
     "job_environment",
     "jobs_volume",
     "shared_job_environment",
@@ -101,3 +103,19 @@ def shared_job_environment(home: Path, target: str, say: Callable[[str], None]) 
             "postgresql://USER:PASSWORD@HOST:5432/DB of a server every node reaches, or off"
         )
     return {JOBS_STORE_ENV: given, WEBHOOK_SECRET_ENV: webhook_secret(home)}
+
+
+def check_postgres_driver(jobs: dict[str, str], requirements: Path, entrypoint: str) -> None:
+    """Refuse a push whose entrypoint image would meet its PostgreSQL job store with no driver:
+    the image installs only what ``requirements`` (its generated ``requirements.txt``) lists,
+    and the failure would otherwise show only as the container's crash on start."""
+    if not is_postgres_url(jobs.get(JOBS_STORE_ENV, "")):
+        return
+    listed = requirements.read_text(encoding="utf-8") if requirements.exists() else ""
+    if re.search(r"^\s*psycopg\b", listed, re.MULTILINE | re.IGNORECASE):
+        return
+    raise ChainsUsageError(
+        f"{JOBS_STORE_ENV} names a PostgreSQL server, and the image of the entrypoint {entrypoint} "
+        "has no driver for it: add 'psycopg[binary]' to its DockerImage(pip_requirements=[...]), "
+        f"or unset {JOBS_STORE_ENV} (or set it to off)"
+    )
