@@ -128,12 +128,37 @@ def cold_router(
     if routes is not None:
         table += _user_routes(routes)
     shown = f"POST {RUN_REMOTE}, {listing(table)}"
+    if jobs is None and is_entrypoint:
+        table += _jobs_off_routes()  # after the listing: they answer, but serve nothing
 
     async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
         detail = f"no route {scope.get('method', 'GET')} {scope['path']}; routes: {shown}"
         await send_json(send, 404, {"detail": detail})
 
     return Router(table, redirect_slashes=False, default=not_found)
+
+
+JOBS_OFF = (
+    "async calls are off on this chain: its entrypoint was started with no job store "
+    "(CHAINS_JOBS_STORE). On swarm, ray and Kubernetes set CHAINS_JOBS_STORE=postgresql://"
+    "USER:PASSWORD@HOST:5432/DB (a server every node reaches) where you push, then push again; "
+    "locally and on docker they are on unless CHAINS_JOBS_STORE=off (docs/jobs.md)"
+)
+
+
+def _jobs_off_routes() -> list[BaseRoute]:
+    """The async routes of an entrypoint with no job store: each says why, and how to turn them
+    on, rather than a bare 404 listing the routes that are there."""
+    from chains.server.router import asgi_endpoint
+
+    async def off(scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 404, {"detail": JOBS_OFF})
+
+    return [
+        asgi_endpoint(ASYNC_RUN_REMOTE, off),
+        asgi_endpoint(ASYNC_REQUEST, off),
+        asgi_endpoint(ASYNC_REQUEST + "/{rest:path}", off),
+    ]
 
 
 def _user_routes(server: RouteServer) -> list[BaseRoute]:

@@ -19,9 +19,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from chains.jobs.settings import JOBS_STORE_ENV, WEBHOOK_SECRET_ENV
 from chains.model import Chain
 from chains.targets import SettingGroup, Target, TargetKind
 from chains.targets.files import export_code, header, regenerate_command, write_export
+from chains.targets.job_env import JOBS_FILE, JOBS_MOUNT
 from chains.targets.k8s_manifests import cpu_quantity
 from chains.targets.options import ComposeOptions
 from chains.targets.wiring import LABEL_NAME, LABEL_PART_OF, PORT, ChainletWiring, ChainWiring, wire
@@ -46,6 +48,9 @@ STOP_MARGIN_SEC = 5
 _HEALTHCHECK = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{PORT}/readyz', timeout=4)"
 
 
+JOBS_VOLUME = "jobs"  # the entrypoint's job store; compose names it <project>_jobs
+
+
 def project_name(chain: str) -> str:
     """A compose project name (lowercase letters, digits, '-', '_'; starting alphanumeric)."""
     text = re.sub(r"[^a-z0-9_-]+", "-", chain.lower()).strip("-_")
@@ -61,6 +66,9 @@ def _environment(wiring: ChainWiring, chainlet: ChainletWiring) -> dict[str, str
     env["CHAINS_INTERNAL_TOKEN"] = _required("CHAINS_INTERNAL_TOKEN", "the chain's internal token")
     if chainlet.is_entrypoint:
         env["CHAINS_API_KEY"] = "${CHAINS_API_KEY:-}"
+        # Async calls: SQLite on the project's volume unless .env names a PostgreSQL server.
+        env[JOBS_STORE_ENV] = f"${{{JOBS_STORE_ENV}:-{JOBS_MOUNT}/{JOBS_FILE}}}"
+        env[WEBHOOK_SECRET_ENV] = f"${{{WEBHOOK_SECRET_ENV}:-}}"
     for key in chainlet.secret_keys:
         variable = wiring.secret_env(key)
         env[variable] = _required(variable, f"secret {key!r}")
@@ -119,6 +127,8 @@ def _service(
     if chainlet.is_entrypoint:
         # The short syntax: Compose v1 (docker-compose 1.x) refuses host_ip in the long one.
         service["ports"] = [f"127.0.0.1:{_published(chainlet, entry_port)}:{PORT}/tcp"]
+        # The project's, so that `up` after a change finds the queue; `down -v` forgets it.
+        service["volumes"] = [f"{JOBS_VOLUME}:{JOBS_MOUNT}"]
     return service
 
 
@@ -141,7 +151,11 @@ def compose_document(
 ) -> dict[str, Any]:
     """The compose file's content: services named as the chain's Kubernetes Services."""
     services = {c.service: _service(wiring, c, chainlets_dir, entry_port) for c in wiring.chainlets}
-    return {"name": project_name(wiring.chain), "services": dict(sorted(services.items()))}
+    return {
+        "name": project_name(wiring.chain),
+        "services": dict(sorted(services.items())),
+        "volumes": {JOBS_VOLUME: {}},
+    }
 
 
 def env_example(wiring: ChainWiring, head: str) -> str:
@@ -158,6 +172,13 @@ def env_example(wiring: ChainWiring, head: str) -> str:
     for key in wiring.secret_keys:
         users = ", ".join(c.name for c in wiring.chainlets if key in c.secret_keys)
         lines += [f"# Secret {key!r} (read by {users}).", f"{wiring.secret_env(key)}="]
+    lines += [
+        f"# Optional: where async calls are kept; empty: SQLite in the volume {JOBS_VOLUME}. A",
+        "# postgresql://USER:PASSWORD@HOST:5432/DB URL names a server instead; off turns them off.",
+        f"{JOBS_STORE_ENV}=",
+        "# Optional: the secret async calls' webhooks are signed with (unsigned when empty).",
+        f"{WEBHOOK_SECRET_ENV}=",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -17,6 +17,13 @@ entrypoint's URL the old entrypoint is stopped (draining its calls) just before 
 starts: a gap of about its start-up time (one to two seconds). Pushing with another
 ``--port`` has no gap. If the new entrypoint does not become ready the old one is started
 again.
+
+The entrypoint keeps its async calls in ``jobs.sqlite`` on a volume of the chain's,
+``chains-<chain>-jobs``, mounted at :data:`JOBS_MOUNT` in each of its replicas: it is not a
+deployment's, so a job accepted before a re-push runs (or is fetched) after it, and ``chains
+stop`` keeps it as the local target keeps its file; ``docker volume rm chains-<chain>-jobs``
+forgets the chain's jobs. ``CHAINS_JOBS_STORE`` in the pushing shell names a PostgreSQL
+server instead, or ``off``.
 """
 
 from __future__ import annotations
@@ -36,12 +43,14 @@ from typing import TYPE_CHECKING, Any
 from chains import progress
 from chains.config import Compute
 from chains.errors import ChainsRuntimeError, ChainsUsageError
+from chains.jobs.settings import JOBS_STORE_ENV
 from chains.model import Chain, ChainletSpec
 from chains.progress import Board, Stage
 from chains.targets import SettingGroup, Target, TargetKind, is_alive, running_target
 from chains.targets.docker_engine import LABEL, Engine, connect, describe_state, started_at
 from chains.targets.environment import chainlet_environment
 from chains.targets.image_builds import build_images, prune_images
+from chains.targets.job_env import JOBS_FILE, JOBS_MOUNT, check_postgres_driver, job_environment, jobs_volume
 from chains.targets.logs import merge_followed
 from chains.targets.options import DockerOptions
 from chains.targets.ports import check_port_free, free_port, port_of
@@ -52,6 +61,7 @@ from chains.targets.state import (
     ContainerRecord,
     ImageRecord,
     Pushed,
+    chain_dir,
     stop_grace,
     write_private,
 )
@@ -98,6 +108,7 @@ class _Plan:
     replicas: list[_Replica] = field(default_factory=list)
     images: dict[str, str] = field(default_factory=dict)  # chainlet -> image tag
     paused: list[Container] = field(default_factory=list)  # old entrypoints stopped for the handoff
+    jobs: dict[str, str] = field(default_factory=dict)  # the entrypoint's job store variables
 
     @property
     def labels(self) -> dict[str, str]:
@@ -136,6 +147,8 @@ class DockerTarget:
         if entry_port is not None and not handoff:
             check_port_free(entry_port)
         engine.client.networks.create(plan.network, driver="bridge", labels=plan.labels, check_duplicate=True)
+        if plan.jobs.get(JOBS_STORE_ENV, "").startswith(JOBS_MOUNT):
+            _ensure_jobs_volume(engine, chain.name)
         for spec in chain.chainlets:
             count = spec.remote_config.compute.replicas
             for index in range(count):
@@ -215,6 +228,13 @@ class DockerTarget:
         # The same variables as a local process gets (secrets, API key, options), from the same sources.
         env = chainlet_environment(chain, spec, token, options, "docker")
         env["CHAINS_DEPENDENCY_URLS"] = json.dumps({d.name: urls[d.name] for d in spec.dependencies})
+        volumes: dict[str, dict[str, str]] = {}
+        if replica.is_entrypoint:
+            env.update(plan.jobs)
+            if plan.jobs.get(JOBS_STORE_ENV, "").startswith(JOBS_MOUNT):
+                # The chain's volume, not the deployment's: every replica of every push opens the
+                # same file (WAL lets processes of one host share it).
+                volumes[jobs_volume(chain.name)] = {"bind": JOBS_MOUNT, "mode": "rw"}
         compute = spec.remote_config.compute
         if compute.cpu_count > cpus:
             self.log(
@@ -236,6 +256,7 @@ class DockerTarget:
                     plan.network: engine.client.api.create_endpoint_config(aliases=[replica.alias])
                 },
                 ports=ports,
+                volumes=volumes,
                 nano_cpus=int(min(compute.cpu_count, cpus) * 1e9),
                 mem_limit=compute.memory_bytes,
                 device_requests=_gpus(engine, compute),
@@ -503,9 +524,13 @@ class _DockerLaunch:
         chain, options = self.chain, self.options
         self.deploy_dir = deploy_dir
         plan = self.plan = _Plan(chain, deploy_dir.name, f"chains-{chain.name}-{deploy_dir.name}")
+        # A SQLite file in the chain's volume unless the pushing shell names a server or off.
+        plan.jobs = job_environment(chain_dir(chain.name), default_store=f"{JOBS_MOUNT}/{JOBS_FILE}")
         # As on the command line: CHAINS_BASE_IMAGE also serves chains.push() from Python.
         base_image = options.base_image or os.environ.get("CHAINS_BASE_IMAGE") or DEFAULT_BASE_IMAGE
         result = generate(chain, self.source_file, deploy_dir / "generated", base_image=base_image)
+        entry = chain.entrypoint.name
+        check_postgres_driver(plan.jobs, result.chainlets[entry].directory / "requirements.txt", entry)
         plan.images = build_images(self.engine, chain, result, base_image, self.target.log)
         state = self.target._start(self.engine, plan, result, options, previous, self.source_file, token)
         state.images = ImageRecord(base_image=base_image)  # what --watch generates and pushes with
@@ -521,6 +546,22 @@ class _DockerLaunch:
         if self.target._take_final_names(self.engine, self.plan, state):
             write_private(self.deploy_dir / "state.json", state.model_dump_json(indent=2))
         prune_images(self.engine, self.chain.name, self.plan.images)
+
+
+def _ensure_jobs_volume(engine: Engine, chain: str) -> None:
+    """The chain's jobs volume, made at its first push, labelled so that ``docker volume ls
+    --filter label=chains.chain=<chain>`` finds it; a push never removes it."""
+    name = jobs_volume(chain)
+    try:
+        engine.client.volumes.get(name)
+    except engine.errors.NotFound:
+        try:
+            engine.client.volumes.create(name=name, labels={LABEL: chain})
+        except engine.errors.APIError as exc:
+            raise ChainsRuntimeError(
+                f"the volume {name} for chain {chain!r}'s async calls could not be made: "
+                f"{exc.explanation or exc}; or push with CHAINS_JOBS_STORE=off"
+            ) from None
 
 
 def _fast_healthcheck(engine: Engine, image: str) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from chains.config import Compute
+from chains.jobs.settings import JOBS_STORE_ENV, WEBHOOK_SECRET_ENV
 from chains.targets.wiring import (
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
@@ -30,6 +31,7 @@ __all__ = [
     "chain_objects",
     "chainlet_objects",
     "cpu_quantity",
+    "jobs_secret_name",
     "memory_quantity",
     "network_policies",
     "secrets_secret_name",
@@ -43,6 +45,8 @@ _CPU_UTILIZATION = 80
 RUN_AS_USER = 10001  # the user the generated Dockerfile creates
 TOKEN_KEY = "token"
 API_KEY_KEY = "api-key"
+JOBS_URL_KEY = "url"  # of the jobs Secret: a postgresql:// URL (it holds a password)
+WEBHOOK_SECRET_KEY = "webhook-secret"
 
 Obj = dict[str, Any]
 
@@ -51,6 +55,12 @@ def token_secret_name(chain: str) -> str:
     """The Secret holding the chain's internal token (key ``token``) and, optionally, the
     entrypoint's API key (key ``api-key``)."""
     return dns_label(chain, "token")
+
+
+def jobs_secret_name(chain: str) -> str:
+    """The optional Secret naming the entrypoint's job store (key ``url``, a PostgreSQL URL) and
+    its webhook secret (key ``webhook-secret``): without it, async calls are off."""
+    return dns_label(chain, "jobs")
 
 
 def secrets_secret_name(chain: str) -> str:
@@ -84,6 +94,16 @@ def _env(wiring: ChainWiring, chainlet: ChainletWiring) -> list[Obj]:
                 "valueFrom": {"secretKeyRef": {"name": token, "key": API_KEY_KEY, "optional": True}},
             }
         )
+        # Pods spread over nodes, which share no disk: the job store is a server, named by an
+        # optional Secret; without it the variable is unset and async calls are off.
+        jobs = jobs_secret_name(wiring.chain)
+        for variable, key in ((JOBS_STORE_ENV, JOBS_URL_KEY), (WEBHOOK_SECRET_ENV, WEBHOOK_SECRET_KEY)):
+            entries.append(
+                {
+                    "name": variable,
+                    "valueFrom": {"secretKeyRef": {"name": jobs, "key": key, "optional": True}},
+                }
+            )
     secrets = secrets_secret_name(wiring.chain)
     for key in chainlet.secret_keys:
         entries.append(

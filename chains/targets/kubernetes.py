@@ -27,8 +27,11 @@ from chains.targets import SettingGroup, Target, TargetKind
 from chains.targets.files import export_code, header, regenerate_command, write_export
 from chains.targets.k8s_manifests import (
     API_KEY_KEY,
+    JOBS_URL_KEY,
     TOKEN_KEY,
+    WEBHOOK_SECRET_KEY,
     chain_objects,
+    jobs_secret_name,
     secrets_secret_name,
     token_secret_name,
 )
@@ -56,7 +59,15 @@ ENVIRONMENT = "kubernetes"
 
 def manifest_files(wiring: ChainWiring, head: str, chainlets_dir: str) -> dict[str, str]:
     """Every file of the export but the generated code: relative path -> text."""
-    files = {name: dump_all(objects, header=head) for name, objects in chain_objects(wiring).items()}
+    entry_file = f"{wiring.entrypoint.service}.yaml"
+    jobs_note = (
+        f"\nAsync calls are off unless Secret {jobs_secret_name(wiring.chain)} names a PostgreSQL job\n"
+        f"store (key {JOBS_URL_KEY}) every node reaches; see README.md, step 2."
+    )
+    files = {
+        name: dump_all(objects, header=head + jobs_note if name == entry_file else head)
+        for name, objects in chain_objects(wiring).items()
+    }
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -94,6 +105,13 @@ def _readme(wiring: ChainWiring, head: str, chainlets_dir: str) -> str:
     if wiring.secret_keys:
         pairs = " ".join(f"--from-literal={key}=VALUE" for key in wiring.secret_keys)
         lines.append(f"   kubectl create secret generic {secrets} {pairs}")
+    jobs = jobs_secret_name(wiring.chain)
+    lines += [
+        "   # optional: async calls (POST /async_run_remote), off without this Secret; their jobs",
+        "   # live in a PostgreSQL server every node reaches (docs/jobs.md, Where jobs are stored):",
+        f"   # kubectl create secret generic {jobs} --from-literal={JOBS_URL_KEY}=postgresql://USER:PASSWORD@HOST:5432/DB"
+        f' --from-literal={WEBHOOK_SECRET_KEY}="whsec_$(openssl rand -hex 32)"',
+    ]
     lines += [
         "   ```",
         "",

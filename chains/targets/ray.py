@@ -54,6 +54,7 @@ from chains.model import Chain, ChainletSpec
 from chains.progress import Board, Stage
 from chains.targets import Capabilities, SettingGroup, Target, TargetKind
 from chains.targets.environment import chainlet_environment
+from chains.targets.job_env import shared_job_environment
 from chains.targets.options import RayOptions
 from chains.targets.ray_connect import INSTALL_HINT, connect
 from chains.targets.ray_replicas import (
@@ -238,9 +239,17 @@ def _grace(spec: ChainletSpec) -> float:
 
 
 def _environment(
-    chain: Chain, spec: ChainletSpec, token: str, proxy_url: str, options: RayOptions, proxy_ca: str | None
+    chain: Chain,
+    spec: ChainletSpec,
+    token: str,
+    proxy_url: str,
+    options: RayOptions,
+    proxy_ca: str | None,
+    jobs: Mapping[str, str],
 ) -> dict[str, str]:
     env = chainlet_environment(chain, spec, token, options, "ray")
+    if spec is chain.entrypoint:
+        env.update(jobs)
     env["CHAINS_GRACE_SEC"] = f"{_grace(spec):g}"
     if proxy_ca is not None:
         env[CA_FILE_ENV] = proxy_ca
@@ -249,6 +258,10 @@ def _environment(
         urls = {name: [proxy_url + route_prefix(chain.name, name)] for name in dependencies}
         env["CHAINS_DEPENDENCY_URLS"] = json.dumps(urls, sort_keys=True)
     return env
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _previous_token(previous: ChainState | None) -> str | None:
@@ -330,8 +343,10 @@ class RayTarget:
                     "with http_options ssl_certfile and ssl_keyfile (docs/deploy.md, Ray), or unset it"
                 )
             apps = {spec.name: app_name(chain.name, spec.name) for spec in chain.chainlets}
+            # Replicas on any node of the cluster: their jobs in a server they all reach.
+            jobs = shared_job_environment(chain_dir(chain.name), "ray", _say)
             envs = {
-                spec.name: _environment(chain, spec, token, proxy, options, proxy_ca)
+                spec.name: _environment(chain, spec, token, proxy, options, proxy_ca, jobs)
                 for spec in chain.chainlets
             }
             deployment = Deployment(

@@ -49,6 +49,7 @@ from chains.targets import Capabilities, SettingGroup, Target, TargetKind, Wordi
 from chains.targets.compose import DEFAULT_ENTRY_PORT, project_name
 from chains.targets.docker_engine import LABEL, Engine, connect, engine_time
 from chains.targets.image_builds import build_images
+from chains.targets.job_env import check_postgres_driver, shared_job_environment
 from chains.targets.logs import merge_followed
 from chains.targets.options import SwarmOptions
 from chains.targets.state import (
@@ -152,6 +153,10 @@ class SwarmTarget:
         made = PushSecrets(engine, stack.chain, stack.name, deploy_dir.name)
         try:
             result = generate(chain, source_file, deploy_dir / "generated", base_image=base_image)
+            # The entrypoint's job store must be a server every node reaches (docs/jobs.md).
+            jobs = shared_job_environment(chain_dir(chain.name), "swarm", self.log)
+            entry = chain.entrypoint.name
+            check_postgres_driver(jobs, result.chainlets[entry].directory / "requirements.txt", entry)
             # The docker target's builds, on the manager: same tags, same layer cache.
             images = build_images(engine, chain, result, base_image, self.log)
             engines = distribute_images(engine, manager, images, self.log)
@@ -164,7 +169,7 @@ class SwarmTarget:
                 environment="swarm",
                 scheme="https" if tls else "http",
             )
-            secret_names = made.credentials(wiring, options.api_key, options.secrets)
+            secret_names = made.credentials(wiring, options.api_key, options.secrets, jobs)
             tls_secrets = made.tls(wiring) if tls else None
             entry_port = self._entry_port(options, previous)
             document = swarm_document(

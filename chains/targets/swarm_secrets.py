@@ -37,13 +37,19 @@ class PushSecrets:
         self.created: list[str] = []
 
     def credentials(
-        self, wiring: ChainWiring, api_key: str | None, given: Mapping[str, str]
+        self,
+        wiring: ChainWiring,
+        api_key: str | None,
+        given: Mapping[str, str],
+        jobs: Mapping[str, str] | None = None,
     ) -> dict[str, str]:
         """Every credential as a swarm secret: variable name -> secret name.
 
         The internal token is made once per chain and kept across pushes, so that old and new
         tasks trust each other while a rolling update runs. The API key and the chain's secrets
-        (``given``, by key) may change from push to push: each push makes its own.
+        (``given``, by key) may change from push to push: each push makes its own, as for the
+        entrypoint's job store variables (``jobs``, from
+        :func:`~chains.targets.job_env.shared_job_environment`).
         """
         engine, deploy_id = self.engine, self.deploy_id
         names: dict[str, str] = {}
@@ -64,7 +70,7 @@ class PushSecrets:
             )
             self.created.append(name)
             names["CHAINS_INTERNAL_TOKEN"] = name
-        values: dict[str, str] = {}
+        values: dict[str, str] = dict(jobs or {})
         if api_key:
             values["CHAINS_API_KEY"] = api_key
         for chainlet in wiring.chainlets:
@@ -85,7 +91,7 @@ class PushSecrets:
             {
                 variable
                 for chainlet in wiring.chainlets
-                for variable in swarm_secret_variables(wiring, chainlet, bool(api_key))
+                for variable in swarm_secret_variables(wiring, chainlet, bool(api_key), bool(jobs))
                 if variable not in names
             }
         )

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from chains.jobs.settings import JOBS_STORE_ENV, WEBHOOK_SECRET_ENV
 from chains.targets.compose import DEFAULT_ENTRY_PORT, STOP_MARGIN_SEC, cpu_quantity_compose, memory_compose
 from chains.targets.wiring import LABEL_NAME, LABEL_PART_OF, PORT, ChainletWiring, ChainWiring
 
@@ -69,12 +70,17 @@ class SwarmTlsSecrets:
     certificates: Mapping[str, tuple[str, str]]
 
 
-def swarm_secret_variables(wiring: ChainWiring, chainlet: ChainletWiring, with_api_key: bool) -> list[str]:
-    """The credentials ``chainlet`` gets in a swarm, as the variable names the server reads."""
+def swarm_secret_variables(
+    wiring: ChainWiring, chainlet: ChainletWiring, with_api_key: bool, with_jobs: bool = False
+) -> list[str]:
+    """The credentials ``chainlet`` gets in a swarm, as the variable names the server reads;
+    ``with_jobs``: the entrypoint's job store (its URL holds a password) and webhook secret."""
     names = ["CHAINS_INTERNAL_TOKEN"]
     if chainlet.is_entrypoint and with_api_key:
         names.append("CHAINS_API_KEY")
     names += [wiring.secret_env(key) for key in chainlet.secret_keys]
+    if chainlet.is_entrypoint and with_jobs:
+        names += [JOBS_STORE_ENV, WEBHOOK_SECRET_ENV]
     return names
 
 
@@ -90,7 +96,9 @@ def _swarm_service(
     compute = chainlet.spec.remote_config.compute
     env = {name: value.replace("$", "$$") for name, value in chainlet.env.items()}
     env["CHAINS_ENVIRONMENT"] = "swarm"
-    variables = swarm_secret_variables(wiring, chainlet, "CHAINS_API_KEY" in secrets)
+    variables = swarm_secret_variables(
+        wiring, chainlet, "CHAINS_API_KEY" in secrets, JOBS_STORE_ENV in secrets
+    )
     tls_files = _swarm_tls_files(chainlet, tls)
     for variable, (_, target, _) in tls_files.items():
         env[variable] = f"{SWARM_SECRETS_DIR}/{target}"

@@ -69,11 +69,13 @@ class Cli(helpers.Cli):
 
 
 def remove_chain(engine: Any, name: str) -> None:
-    """Remove every container and network of chain ``name`` from the engine."""
+    """Remove every container, network and volume (its jobs) of chain ``name`` from the engine."""
     for container in engine.containers({"chains.chain": name}):
         container.remove(force=True)
     for network in engine.client.networks.list(filters={"label": f"chains.chain={name}"}):
         network.remove()
+    for volume in engine.client.volumes.list(filters={"label": f"chains.chain={name}"}):
+        volume.remove(force=True)
 
 
 @pytest.fixture

@@ -72,12 +72,14 @@ def compose_command(engine: Any) -> Compose:
 
 
 def _filled_env(example: str, values: dict[str, str]) -> str:
-    """``.env.example`` with every variable filled in, as the user is told to do."""
+    """``.env.example`` with every variable filled in, as the user is told to do; the job store
+    left empty, its default (SQLite on the project's volume)."""
     lines = []
     for line in example.splitlines():
         if line and not line.startswith("#"):
             name = line.split("=", 1)[0]
-            line = f"{name}={values.get(name) or secrets.token_hex(16)}"
+            value = "" if name == "CHAINS_JOBS_STORE" else values.get(name) or secrets.token_hex(16)
+            line = f"{name}={value}"
         lines.append(line)
     return "\n".join(lines) + "\n"
 
@@ -210,6 +212,25 @@ def test_hello_answers_through_its_greeter_container(engine: Any, deployed: Depl
     assert answer.status_code == 200, answer.text
     # Greeted by Greeter: Hello's stub reaches it only by its service name, on the project's network.
     assert answer.json() == ["Hello, Ada!", "Hello, Grace!"]
+    # Async calls too, their jobs kept in SQLite on the project's volume.
+    auth = {"Authorization": f"Bearer {deployed.api_key}"}
+    submitted = httpx.post(
+        f"{deployed.url}/async_run_remote",
+        json={"model_input": names},
+        headers=auth,
+        timeout=CALL_TIMEOUT_SEC,
+    )
+    assert submitted.status_code == 200, submitted.text
+    job = submitted.json()["request_id"]
+    deadline = time.monotonic() + 60
+    while (status := httpx.get(f"{deployed.url}/async_request/{job}", headers=auth).json())[
+        "status"
+    ] != "SUCCEEDED":
+        assert time.monotonic() < deadline and status["status"] in ("QUEUED", "IN_PROGRESS"), status
+        time.sleep(0.2)
+    output = httpx.get(f"{deployed.url}/async_request/{job}/output", headers=auth)
+    assert output.json() == ["Hello, Ada!", "Hello, Grace!"]
+    assert engine.client.volumes.get(f"{deployed.project.name}_jobs")
     # Every service runs; only the entrypoint is published, on 127.0.0.1.
     containers = _containers(engine, deployed.project)
     assert sorted(containers) == sorted(deployed.services)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 import chains
 from chains.streaming.sse import SSE
+from chains.targets.docker_engine import started_at
 from tests.docker.conftest import ROOT, Cli, dangling_images, remove_chain
 from tests.helpers import dashboard, origin_of, write_chain
 
@@ -263,6 +265,56 @@ def test_unchanged_repush_builds_nothing_and_keeps_the_url(engine: Any, three: d
     assert out.status_code == 200 and '"again"' in out.text
 
 
+def _job_status(http: httpx.Client, job_id: str) -> dict[str, Any]:
+    answer = http.get(f"/async_request/{job_id}")
+    assert answer.status_code == 200, answer.text
+    status: dict[str, Any] = answer.json()
+    return status
+
+
+def _when(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def test_async_calls_outlive_a_repush(engine: Any, three: dict[str, Any]) -> None:
+    """The entrypoint's jobs live in the chain's volume: a result stored before a re-push is
+    fetched after it, and jobs still queued when the old entrypoint stopped run on the new one."""
+    cli: Cli = three["cli"]
+    with httpx.Client(base_url=three["pushed"]["entrypoint_url"], timeout=30) as http:
+
+        def submit(text: str, calls: int) -> str:
+            answer = http.post("/async_run_remote", json={"model_input": {"text": text, "calls": calls}})
+            assert answer.status_code == 200, answer.text
+            return str(answer.json()["request_id"])
+
+        done = submit("kept across pushes", 1)
+        deadline = time.monotonic() + 60
+        while _job_status(http, done)["status"] != "SUCCEEDED":
+            assert time.monotonic() < deadline, _job_status(http, done)
+            time.sleep(0.2)
+        # More work than the two job workers finish while the push builds and hands over.
+        backlog = [submit("a b c d", 150) for _ in range(30)]
+        pushed_at = time.time()
+        cli.push_reporting(str(three["file"]), "--secret", "leaf_key=s3cret")
+        entry = next(c for c in engine.containers({"chains.chain": "dk-three"}) if c.name == "dk-three-Entry")
+        new_start = started_at(entry.attrs)
+        assert new_start is not None and new_start > pushed_at
+        deadline = time.monotonic() + 300
+        statuses = [_job_status(http, job) for job in backlog]
+        while any(s["status"] in ("QUEUED", "IN_PROGRESS") for s in statuses):
+            assert time.monotonic() < deadline, statuses
+            time.sleep(0.5)
+            statuses = [_job_status(http, job) for job in backlog]
+        assert {s["status"] for s in statuses} == {"SUCCEEDED"}, statuses
+        after = [s for s in statuses if _when(s["status_at"]) > new_start]
+        assert after, "every job had finished before the re-push: raise the backlog"
+        assert all(_when(s["created_at"]) < pushed_at for s in after)
+        events = http.get(f"/async_request/{done}/events")
+        assert events.status_code == 200 and "kept" in events.text, events.text
+    volume = engine.client.volumes.get("chains-dk-three-jobs")
+    assert volume.attrs["Labels"] == {"chains.chain": "dk-three"}
+
+
 def test_stop_leaves_no_container_network_or_dangling_image(engine: Any, three: dict[str, Any]) -> None:
     cli: Cli = three["cli"]
     assert "stopped chain 'dk-three'" in cli.run("stop", "dk-three").stdout
@@ -272,6 +324,8 @@ def test_stop_leaves_no_container_network_or_dangling_image(engine: Any, three: 
     assert "dk-three" not in cli.run("status").stdout
     # The images stay, as the cache of the next push.
     assert engine.client.images.list(filters={"label": "chains.chain=dk-three"})
+    # And the jobs volume, as local keeps jobs.sqlite: `docker volume rm` forgets the jobs.
+    assert engine.client.volumes.get("chains-dk-three-jobs")
 
 
 WATCHED = """

@@ -97,8 +97,12 @@ def test_credentials_come_from_the_env_file_only(compose: dict[str, Export], nam
             if variable.startswith("CHAINS_SECRET_") or variable == "CHAINS_INTERNAL_TOKEN":
                 assert value.startswith(f"${{{variable}:?"), "a missing credential stops `docker compose up`"
                 assert variable in variables
-            elif variable == "CHAINS_API_KEY":
-                assert value == "${CHAINS_API_KEY:-}" and variable in variables
+            elif variable in ("CHAINS_API_KEY", "CHAINS_WEBHOOK_SECRET"):
+                assert value == f"${{{variable}:-}}" and variable in variables
+            elif variable == "CHAINS_JOBS_STORE":
+                # Optional: .env may name a PostgreSQL URL (it holds a password), else SQLite.
+                assert value == "${CHAINS_JOBS_STORE:-/var/lib/chains/jobs/jobs.sqlite}"
+                assert variable in variables
             else:
                 assert not re.search(r"(?<!\$)\$\{", value), f"{variable} is a plain value"
 
@@ -119,3 +123,12 @@ def test_compute_becomes_replicas_limits_and_stop_grace(compose: dict[str, Expor
 def test_output_is_deterministic(compose: dict[str, Export], tmp_path: Path) -> None:
     again = export("compose", CHAINS["rich"], tmp_path)
     assert tree_bytes(again.out) == tree_bytes(compose["rich"].out)
+
+
+def test_the_entrypoint_keeps_its_jobs_on_the_project_volume(compose: dict[str, Export]) -> None:
+    doc = document(compose["rich"])
+    assert doc["volumes"] == {"jobs": {}}
+    for service in doc["services"].values():
+        is_entrypoint = service["environment"]["CHAINS_IS_ENTRYPOINT"] == "1"
+        assert (service.get("volumes") == ["jobs:/var/lib/chains/jobs"]) == is_entrypoint
+        assert ("CHAINS_JOBS_STORE" in service["environment"]) == is_entrypoint

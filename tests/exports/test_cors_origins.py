@@ -96,8 +96,8 @@ def test_ray(source: Path) -> None:
 
     chain = load_chain(source)
     options = PushOptions(cors_origins=("http://127.0.0.1:8080",))
-    front = ray._environment(chain, chain.entrypoint, "token", "http://127.0.0.1:8000", options, None)
-    helper = ray._environment(chain, chain.get("Helper"), "token", "http://127.0.0.1:8000", options, None)
+    front = ray._environment(chain, chain.entrypoint, "token", "http://127.0.0.1:8000", options, None, {})
+    helper = ray._environment(chain, chain.get("Helper"), "token", "http://127.0.0.1:8000", options, None, {})
     assert front["CHAINS_CORS_ORIGINS"] == BOTH
     assert "CHAINS_CORS_ORIGINS" not in helper
 

@@ -150,6 +150,26 @@ def test_declared_secrets_reach_exactly_the_chainlets_that_declare_them(k8s: dic
     assert "kubectl create secret generic rich-chain-token" in readme
 
 
+def test_the_job_store_comes_from_an_optional_secret_on_the_entrypoint_only(k8s: dict[str, Export]) -> None:
+    exported = k8s["rich"]
+    for name, deployment in of_kind(exported, "Deployment").items():
+        env = env_of(deployment)
+        if name != "rich-chain-front":
+            assert "CHAINS_JOBS_STORE" not in env and "CHAINS_WEBHOOK_SECRET" not in env
+            continue
+        # Optional: without the Secret the variable is unset and async calls are off.
+        assert env["CHAINS_JOBS_STORE"]["valueFrom"]["secretKeyRef"] == {
+            "name": "rich-chain-jobs",
+            "key": "url",
+            "optional": True,
+        }
+        assert env["CHAINS_WEBHOOK_SECRET"]["valueFrom"]["secretKeyRef"]["key"] == "webhook-secret"
+    manifest = (exported.out / "rich-chain-front.yaml").read_text()
+    assert "Async calls are off unless Secret rich-chain-jobs" in manifest
+    readme = (exported.out / "README.md").read_text()
+    assert "kubectl create secret generic rich-chain-jobs --from-literal=url=postgresql://" in readme
+
+
 def test_compute_becomes_resources_replicas_and_autoscaling(k8s: dict[str, Export]) -> None:
     exported = k8s["rich"]
     deployments = of_kind(exported, "Deployment")

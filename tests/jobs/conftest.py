@@ -148,15 +148,3 @@ def log_lines(path: Path) -> list[str]:
 
 def dumps(value: Any) -> str:
     return json.dumps(value)
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Any]:
-    """One PostgreSQL server for the session's tests (see tests/jobs/postgres.py)."""
-    from tests.jobs.postgres import remove, start_postgres
-
-    server = start_postgres()
-    try:
-        yield server
-    finally:
-        remove(server)

@@ -4,6 +4,9 @@ a folder of the test run's own, and stopped by the fixture that started it.
 PostgreSQL refuses to run as root: as root (CI) the server runs as the ``postgres`` user the
 Debian package made. Without PostgreSQL's programs the tests that need it skip, unless
 ``CHAINS_REQUIRE_POSTGRES`` is set (CI sets it): then they fail.
+
+The ``postgres`` fixture is a plugin of the root conftest, so that tests of other folders (a
+chain pushed to ray with its jobs in PostgreSQL) share the one server of the session.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,3 +89,13 @@ def start_postgres() -> Postgres:
 def remove(server: Postgres) -> None:
     server.stop()
     shutil.rmtree(server.data.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """One PostgreSQL server for the session's tests."""
+    server = start_postgres()
+    try:
+        yield server
+    finally:
+        remove(server)

@@ -180,3 +180,25 @@ def test_the_command_line_submits_waits_for_and_lists_jobs(pushed: ChainHandle, 
     assert (
         unknown.returncode == 1 and "Traceback" not in unknown.stderr and "no async request" in unknown.stderr
     )
+
+
+def test_with_the_store_off_the_async_routes_say_how_to_turn_them_on(
+    chains_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+
+    from chains.deploy import stop_chain
+    from tests.jobs.conftest import push
+
+    monkeypatch.setenv("CHAINS_JOBS_STORE", "off")
+    handle = push("jobs-off")
+    try:
+        for method, path in [("POST", "/async_run_remote"), ("GET", "/async_request/abc")]:
+            answer = httpx.request(method, handle.entrypoint_url + path, json={"model_input": {}}, timeout=30)
+            assert answer.status_code == 404, answer.text
+            assert "async calls are off" in answer.json()["detail"]
+            assert "CHAINS_JOBS_STORE=postgresql://" in answer.json()["detail"]
+        other = httpx.get(handle.entrypoint_url + "/nothing-here", timeout=30).json()["detail"]
+        assert "async" not in other  # the routes it lists are those it serves
+    finally:
+        stop_chain("jobs-off", grace=5)

@@ -226,6 +226,16 @@ def test_call_and_logs(three: dict[str, Any]) -> None:
     assert "Mid | " in every and "Leaf | " in every
 
 
+def test_async_calls_are_off_without_a_shared_store_and_say_how_to_turn_them_on(
+    three: dict[str, Any],
+) -> None:
+    # A SQLite file on one node's disk would not be the other node's: no job store, said once.
+    note = "async calls (POST /async_run_remote) are off on target swarm"
+    assert three["progress"].count(note) == 1, three["progress"]
+    answer = httpx.post(f"{three['pushed']['entrypoint_url']}/async_run_remote", json={"model_input": {}})
+    assert answer.status_code == 404 and "CHAINS_JOBS_STORE=postgresql://" in answer.json()["detail"]
+
+
 def test_the_dashboard_shows_a_swarm_chain(three: dict[str, Any]) -> None:
     cli: Cli = three["cli"]
     with dashboard("sw-three", cli.env) as url:

@@ -146,3 +146,22 @@ def test_tls_needs_https_wiring() -> None:
     wiring = _wiring("hello")
     with pytest.raises(ValueError, match="scheme='https'"):
         swarm_document(wiring, {c.name: "i" for c in wiring.chainlets}, {}, tls=SwarmTlsSecrets("ca", {}))
+
+
+def test_the_job_store_url_reaches_the_entrypoint_only_as_a_secret_file() -> None:
+    """A postgresql:// URL holds a password: like the API key it is a swarm secret, which the
+    loader turns into CHAINS_JOBS_STORE in the entrypoint's tasks alone."""
+    wiring = _wiring("rich")
+    variables = {v for c in wiring.chainlets for v in swarm_secret_variables(wiring, c, False, True)}
+    assert {"CHAINS_JOBS_STORE", "CHAINS_WEBHOOK_SECRET"} <= variables
+    secrets = {v: f"swarm-secret-{v.lower()}" for v in variables}
+    images = {c.name: f"chains/x-{c.service}:v1-abc" for c in wiring.chainlets}
+    document = swarm_document(wiring, images, secrets)
+    for chainlet in wiring.chainlets:
+        service = document["services"][chainlet.service]
+        targets = {s["target"] for s in service["secrets"]}
+        has = {"CHAINS_JOBS_STORE", "CHAINS_WEBHOOK_SECRET"} <= targets
+        assert has == chainlet.is_entrypoint, (chainlet.name, targets)
+        assert "CHAINS_JOBS_STORE" not in service["environment"]
+    _, without = _document("rich")
+    assert "CHAINS_JOBS_STORE" not in json.dumps(without)
