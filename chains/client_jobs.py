@@ -30,7 +30,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import httpx
 
 from chains.call_policy import answer_error
-from chains.client_http import AsyncHTTP
+from chains.client_http import Answer, AsyncHTTP
 from chains.errors import (
     ChainsUsageError,
     DeadlineExceeded,
@@ -353,32 +353,46 @@ class Job(Generic[T]):
         event that arrived, so each event comes once, in order; StreamInterrupted (naming where
         to resume) only once the run is gone or RESUME_ATTEMPTS tries in a row brought nothing.
         """
-        headers = self._core.events_headers(last_event_id)
+        yield from self._follow(self._core.events_headers(last_event_id), None)
+
+    def follow(self, first: httpx.Response) -> Iterator[SSE]:
+        """The run's events from ``first``, the open answer of a resumable ``/run_remote``, read
+        on from their last id after a cut, as :meth:`events` reads them."""
+        yield from self._follow(self._core.events_headers(None), first)
+
+    def _follow(self, headers: dict[str, str], first: httpx.Response | None) -> Iterator[SSE]:
         resumed = False
         while True:
             try:
-                yield from self._read_events(headers, resumed)
+                yield from self._read_events(headers, resumed, first)
                 return
             except StreamInterrupted as cut:
                 time.sleep(self._core.resume_wait(cut))
-            headers, resumed = self._core.resume_headers(), True
+            headers, resumed, first = self._core.resume_headers(), True, None
 
-    def _read_events(self, headers: dict[str, str], resumed: bool) -> Iterator[SSE]:
+    def _read_events(
+        self, headers: dict[str, str], resumed: bool, response: httpx.Response | None
+    ) -> Iterator[SSE]:
         """One connection's events; StreamInterrupted on a cut (the caller reads the rest)."""
-        try:
-            with self._client._sending():
-                request = self._client._http.build_request(
-                    "GET", self._core.status_url + "/events", headers=headers
-                )
-                response = self._client._http.send(request, stream=True)
-        except DependencyUnavailable as exc:
-            if not resumed:
-                raise
-            raise self._core.interrupted(exc) from exc
-        try:
+        if response is None:
+            try:
+                with self._client._sending():
+                    request = self._client._http.build_request(
+                        "GET", self._core.status_url + "/events", headers=headers
+                    )
+                    response = self._client._http.send(request, stream=True)
+            except DependencyUnavailable as exc:
+                if not resumed:
+                    raise
+                raise self._core.interrupted(exc) from exc
             status = response.status_code
             check = self._core.check_resumed if resumed else self._core.check_events
-            check(status, response.headers, response.read() if status != 200 else b"")
+            try:
+                check(status, response.headers, response.read() if status != 200 else b"")
+            except BaseException:
+                response.close()
+                raise
+        try:
             decoder = SSEDecoder()
             chunks = response.iter_bytes()
             while True:
@@ -456,32 +470,47 @@ class AsyncJob(Generic[T]):
 
     async def events(self, last_event_id: int | None = None) -> AsyncIterator[SSE]:
         """See :meth:`Job.events`."""
-        headers = self._core.events_headers(last_event_id)
+        async for event in self._follow(self._core.events_headers(last_event_id), None):
+            yield event
+
+    async def follow(self, first: Answer) -> AsyncIterator[SSE]:
+        """See :meth:`Job.follow`."""
+        async for event in self._follow(self._core.events_headers(None), first):
+            yield event
+
+    async def _follow(self, headers: dict[str, str], first: Answer | None) -> AsyncIterator[SSE]:
         resumed = False
         while True:
             try:
-                async for event in self._read_events(headers, resumed):
+                async for event in self._read_events(headers, resumed, first):
                     yield event
                 return
             except StreamInterrupted as cut:
                 await asyncio.sleep(self._core.resume_wait(cut))
-            headers, resumed = self._core.resume_headers(), True
+            headers, resumed, first = self._core.resume_headers(), True, None
 
-    async def _read_events(self, headers: dict[str, str], resumed: bool) -> AsyncIterator[SSE]:
+    async def _read_events(
+        self, headers: dict[str, str], resumed: bool, answer: Answer | None
+    ) -> AsyncIterator[SSE]:
         """See :meth:`Job._read_events`."""
-        try:
-            with self._client._sending():
-                answer = await self._client._http.send(
-                    "GET", self._core.status_url + "/events", None, headers, stream=True
-                )
-        except DependencyUnavailable as exc:
-            if not resumed:
-                raise
-            raise self._core.interrupted(exc) from exc
-        try:
+        if answer is None:
+            try:
+                with self._client._sending():
+                    answer = await self._client._http.send(
+                        "GET", self._core.status_url + "/events", None, headers, stream=True
+                    )
+            except DependencyUnavailable as exc:
+                if not resumed:
+                    raise
+                raise self._core.interrupted(exc) from exc
             status = answer.status
             check = self._core.check_resumed if resumed else self._core.check_events
-            check(status, answer.headers, await answer.read() if status != 200 else b"")
+            try:
+                check(status, answer.headers, await answer.read() if status != 200 else b"")
+            except BaseException:
+                await answer.aclose()
+                raise
+        try:
             decoder = SSEDecoder()
             chunks = answer.chunks()
             while True:

@@ -16,7 +16,7 @@ from chains.streaming.sse import SSE, SSEDecoder
 from tests.jobs.conftest import log_lines
 from tests.jobs.cutting_proxy import CuttingProxy
 
-TOKENS = [f"t{i}" for i in range(30)]
+TOKENS = [f"t{i}" for i in range(80)]
 
 
 def test_job_events_resume_by_themselves_after_cuts(streaming: ChainHandle, tmp_path: Path) -> None:
@@ -133,3 +133,31 @@ def test_resumable_requests_that_cannot_be_served_are_refused_saying_why(
         pushed.entrypoint_url + "/run_remote", json={}, headers={"X-Chains-Resumable": "1"}
     )
     assert one_value.status_code == 400 and "streaming endpoints" in one_value.json()["detail"]
+
+
+def test_the_client_reads_a_resumable_stream_through_cuts_each_item_once(
+    streaming: ChainHandle, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs"
+    with CuttingProxy(streaming.entrypoint_url, cuts=[500] * 3) as proxy, Client(proxy.url) as client:
+        got = list(client.resumable_stream(str, count=len(TOKENS), log=str(log), gap=0.02))
+        assert proxy.cut == 3
+    assert got == TOKENS
+    assert log_lines(log) == ["run"]
+
+
+async def test_the_async_client_reads_a_resumable_stream_through_cuts_each_item_once(
+    streaming: ChainHandle, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs"
+    with CuttingProxy(streaming.entrypoint_url, cuts=[500] * 3) as proxy:
+        async with AsyncClient(proxy.url) as client:
+            got = [
+                item
+                async for item in await client.resumable_stream(
+                    str, count=len(TOKENS), log=str(log), gap=0.02
+                )
+            ]
+        assert proxy.cut == 3
+    assert got == TOKENS
+    assert log_lines(log) == ["run"]
