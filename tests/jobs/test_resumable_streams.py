@@ -4,17 +4,23 @@ arrive once, in order, and the chain's log must show one run."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from chains.client import AsyncClient, Client
-from chains.deploy import ChainHandle
-from chains.errors import StreamInterrupted
+from chains.deploy import ChainHandle, push_chain, stop_chain
+from chains.errors import ChainsRuntimeError, StreamInterrupted
+from chains.loader import load_chain
 from chains.streaming.sse import SSE, SSEDecoder
+from chains.targets import PushOptions
 from tests.jobs.conftest import log_lines
 from tests.jobs.cutting_proxy import CuttingProxy
+from tests.jobs.typed_stream_chain import Piece
+
+TYPED_CHAIN = Path(__file__).parent / "typed_stream_chain.py"
 
 TOKENS = [f"t{i}" for i in range(80)]
 
@@ -161,3 +167,59 @@ async def test_the_async_client_reads_a_resumable_stream_through_cuts_each_item_
         assert proxy.cut == 3
     assert got == TOKENS
     assert log_lines(log) == ["run"]
+
+
+def _push_typed(name: str) -> ChainHandle:
+    chain = load_chain(TYPED_CHAIN, "Pieces", name)
+    return push_chain(chain, TYPED_CHAIN, "local", PushOptions(timeout=60))
+
+
+@pytest.fixture
+def typed(chains_home: Path) -> Iterator[ChainHandle]:
+    handle = _push_typed("typed-stream")
+    try:
+        yield handle
+    finally:
+        stop_chain("typed-stream", grace=5)
+
+
+def test_typed_items_of_a_resumable_stream_come_once_in_order_through_cuts(
+    typed: ChainHandle, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs"
+    with CuttingProxy(typed.entrypoint_url, cuts=[700] * 3) as proxy, Client(proxy.url) as client:
+        got = list(client.resumable_stream(Piece, count=60, log=str(log), gap=0.01))
+        assert proxy.cut == 3
+    assert got == [Piece(index=i, text=f"piece {i}\nof 60") for i in range(60)]
+    assert log_lines(log) == ["run"]
+
+
+async def test_async_typed_items_of_a_resumable_stream_come_once_in_order_through_cuts(
+    typed: ChainHandle, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs"
+    with CuttingProxy(typed.entrypoint_url, cuts=[700] * 3) as proxy:
+        async with AsyncClient(proxy.url) as client:
+            got = [piece async for piece in await client.resumable_stream(Piece, count=60, log=str(log))]
+        assert proxy.cut == 3
+    assert [piece.index for piece in got] == list(range(60))
+    assert log_lines(log) == ["run"]
+
+
+def test_without_a_job_store_a_resumable_stream_is_refused_naming_the_setting(
+    chains_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CHAINS_JOBS_STORE", "off")
+    handle = _push_typed("typed-no-store")
+    try:
+        body = {"count": 2, "log": str(tmp_path / "runs")}
+        answer = httpx.post(
+            handle.entrypoint_url + "/run_remote", json=body, headers={"X-Chains-Resumable": "1"}
+        )
+        assert answer.status_code == 400 and "CHAINS_JOBS_STORE" in answer.json()["detail"]
+        refused = pytest.raises(ChainsRuntimeError, match=r"answered 400: .*CHAINS_JOBS_STORE")
+        with Client(handle.entrypoint_url) as client, refused:
+            client.resumable_stream(Piece, **body)
+        assert not (tmp_path / "runs").exists()  # refused before anything ran
+    finally:
+        stop_chain("typed-no-store", grace=5)
