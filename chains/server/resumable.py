@@ -16,6 +16,7 @@ import json
 import pydantic
 
 from chains import codec
+from chains.jobs.store import JobRefused
 from chains.model import ChainletSpec
 from chains.server.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_json
 from chains.server.jobs import JobRoutes
@@ -78,7 +79,12 @@ async def serve_resumable(
     except ValueError as exc:
         await send_json(send, 400, {"detail": f"the body is not run_remote's arguments: {exc}"})
         return
-    job = await routes.start_stream(model_input)
+    try:
+        job = await routes.start_stream(model_input)
+    except JobRefused as exc:  # the store's bounds, as for an async call
+        retry = [(b"retry-after", b"5")] if exc.status == 503 else []
+        await send_json(send, exc.status, {"detail": exc.message}, retry)
+        return
     location = f"{ASYNC_REQUEST}/{job.id}/events".encode()
     extra = [(RUN_ID_HEADER.encode(), job.id.encode()), (b"content-location", location)]
     await routes.send_stream(job, 0, receive, send, extra)
