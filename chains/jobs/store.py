@@ -318,6 +318,7 @@ class SqlJobStore:
 
         ``job_id`` claims that job only, if it is still queued: a resumable stream runs at once,
         not behind the queue (chains.server.resumable)."""
+        wanted = job_id  # the loop below names each lost job job_id
         with self._write(durable=False) as db:
             self._exec(
                 db,
@@ -340,7 +341,7 @@ class SqlJobStore:
                     f"the chainlet running it stopped during attempt {attempts} of {retry.max_attempts}",
                 )
                 self._fail_locked(db, job_id, attempts, retry, error, retryable=True, now=now)
-            if job_id is None:
+            if wanted is None:
                 row = self._exec(
                     db,
                     "SELECT id FROM jobs WHERE status = ? AND not_before <= ?"
@@ -349,7 +350,7 @@ class SqlJobStore:
                 ).fetchone()
             else:
                 row = self._exec(
-                    db, "SELECT id FROM jobs WHERE status = ? AND id = ?", (JobStatus.QUEUED.value, job_id)
+                    db, "SELECT id FROM jobs WHERE status = ? AND id = ?", (JobStatus.QUEUED.value, wanted)
                 ).fetchone()
             if row is None:
                 return None
