@@ -11,7 +11,8 @@ Each figure is measured against a baseline from the same run, on the same pushed
   entrypoint runs jobs (``CHAINS_JOB_WORKERS``, 2);
 - **resumable events**: one stream of M small items submitted as a job and read from its
   ``/events`` as they are stored (every event numbered and kept), against the same stream read
-  from ``POST /run_remote`` as SSE (nothing kept).
+  from ``POST /run_remote`` as SSE (nothing kept); and the same stream from ``POST /run_remote``
+  with ``X-Chains-Resumable: 1`` (run as a job at once, answered live from its kept events).
 
 Run from the repository root: ``.venv/bin/python -m benchmarks.jobs`` (about a minute);
 ``--smoke`` runs each once with small counts and fails on errors only, never on a time.
@@ -125,12 +126,21 @@ def resumable_events(url: str, count: int) -> dict[str, float]:
         with client.stream("GET", f"/async_request/{job}/events") as answer:
             kept = _count_items(answer.iter_lines())
         kept_s = time.perf_counter() - started
-    if plain != count or kept != count:
-        raise RuntimeError(f"items lost: {plain} and {kept} of {count}")
+
+        started = time.perf_counter()
+        with client.stream(
+            "POST", "/run_remote", json={"count": count}, headers={"x-chains-resumable": "1"}
+        ) as answer:
+            resumable = _count_items(answer.iter_lines())
+        resumable_s = time.perf_counter() - started
+    if plain != count or kept != count or resumable != count:
+        raise RuntimeError(f"items lost: {plain}, {kept} and {resumable} of {count}")
     return {
         "plain_items_per_s": count / plain_s,
         "resumable_items_per_s": count / kept_s,
         "ratio": plain_s / kept_s,
+        "resumable_run_remote_items_per_s": count / resumable_s,
+        "run_remote_ratio": plain_s / resumable_s,
     }
 
 
@@ -163,7 +173,8 @@ def main() -> None:
     )
     print(
         f"a stream of {items} items: {events['resumable_items_per_s']:.0f}/s kept and numbered, "
-        f"{events['plain_items_per_s']:.0f}/s plain ({events['ratio']:.2f}x)"
+        f"{events['plain_items_per_s']:.0f}/s plain ({events['ratio']:.2f}x); a resumable /run_remote "
+        f"{events['resumable_run_remote_items_per_s']:.0f}/s ({events['run_remote_ratio']:.2f}x)"
     )
     if not args.smoke:
         report.write_results(

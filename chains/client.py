@@ -31,7 +31,7 @@ that outlives the request) and returns its handle, :class:`~chains.client_jobs.J
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Awaitable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, ClassVar, Generic, TypeVar, overload
@@ -43,6 +43,7 @@ import pydantic_core
 from chains.call_policy import answer_error
 from chains.client_http import Answer, AsyncHTTP, Unreachable, async_http
 from chains.client_jobs import AsyncJob, Job, JobInfo, JobOptions, JobStatus
+from chains.client_resumable import item_decoder, items, items_async
 from chains.errors import (
     ChainsRuntimeError,
     DeadlineExceeded,
@@ -64,7 +65,16 @@ from chains.streaming.reader import (
 )
 from chains.streaming.shape import StreamShape
 from chains.streaming.types import StreamTypes
-from chains.wire import ASYNC_RUN_REMOTE, FRAMED_MEDIA_TYPE, JSON_MEDIA_TYPE, RUN_REMOTE, wire_adapter
+from chains.wire import (
+    ASYNC_RUN_REMOTE,
+    FRAMED_MEDIA_TYPE,
+    JSON_MEDIA_TYPE,
+    RESUMABLE_HEADER,
+    RUN_ID_HEADER,
+    RUN_REMOTE,
+    SSE_MEDIA_TYPE,
+    wire_adapter,
+)
 
 __all__ = [
     "AsyncClient",
@@ -177,6 +187,21 @@ class _BaseClient(Generic[_HttpT]):
 
     def _late(self) -> DeadlineExceeded:
         return DeadlineExceeded(f"{self.url} did not answer within {self.timeout}s")
+
+    def _resumable_headers(self) -> dict[str, str]:
+        return {**self._headers_for(SSE_MEDIA_TYPE), RESUMABLE_HEADER: "1"}
+
+    def _run_id(self, status: int, headers: Mapping[str, str], body: bytes) -> str:
+        """The id of the run a resumable stream's answer names (``body``: what was read of it)."""
+        if status != 200:
+            raise answer_error(self._name, self.url, status, body, headers)
+        run_id = headers.get(RUN_ID_HEADER)
+        if not run_id:
+            raise StreamProtocolError(
+                f"{self.url} answered a resumable stream without {RUN_ID_HEADER}: is it a chains "
+                "entrypoint recent enough to keep resumable streams?"
+            )
+        return run_id
 
 
 def _shape(of: Any) -> StreamShape:
@@ -358,6 +383,28 @@ class Client(_BaseClient[httpx.Client]):
             return StructuredStream(_shape(of), _Body(response, self))
         return Stream(_shape(of), _Body(response, self))
 
+    def resumable_stream(self, of: type[ItemT], /, **arguments: Any) -> Iterator[ItemT]:
+        """Call a streaming entrypoint as a resumable stream (docs/jobs.md): the run outlives a
+        cut connection, and the items are read on from the last one that arrived, so each comes
+        once, in order. ``of`` is ``str``, ``bytes``, ``chains.SSE`` or an item type.
+
+        The request is sent at once; StreamInterrupted is raised only once the run is gone or
+        the tries to read on are spent (the entrypoint needs a job store: see docs/jobs.md).
+        """
+        decode = item_decoder(of)
+        request = self._http.build_request(
+            "POST", self._run_url, content=self._body(arguments), headers=self._resumable_headers()
+        )
+        with self._sending():
+            response = self._http.send(request, stream=True)
+        try:
+            status = response.status_code
+            run_id = self._run_id(status, response.headers, response.read() if status != 200 else b"")
+        except BaseException:
+            response.close()
+            raise
+        return items(Job(self, run_id).follow(response), decode)
+
     @overload
     def submit(
         self, output_type: type[T], options: JobOptions | None = None, /, **arguments: Any
@@ -474,6 +521,21 @@ class AsyncClient(_BaseClient[AsyncHTTP]):
         if isinstance(of, StreamTypes):
             return stream_reader(of, source)
         return _items(FrameReader(_shape(of).wire, source))
+
+    async def resumable_stream(self, of: type[ItemT], /, **arguments: Any) -> AsyncIterator[ItemT]:
+        """See :meth:`Client.resumable_stream`: ``async for item in await client.resumable_stream(...)``."""
+        decode = item_decoder(of)
+        with self._sending():
+            answer = await self._http.post(
+                self._run_url, self._body(arguments), self._resumable_headers(), stream=True
+            )
+            try:
+                status = answer.status
+                run_id = self._run_id(status, answer.headers, await answer.read() if status != 200 else b"")
+            except BaseException:
+                await answer.aclose()
+                raise
+        return items_async(AsyncJob(self, run_id).follow(answer), decode)
 
     @overload
     async def submit(

@@ -31,10 +31,11 @@ import httpx
 import pydantic
 
 from chains.call_policy import answer_error
-from chains.client_http import AsyncHTTP
+from chains.client_http import Answer, AsyncHTTP
 from chains.errors import (
     ChainsUsageError,
     DeadlineExceeded,
+    DependencyUnavailable,
     ErrorDetail,
     JobCanceled,
     JobExpired,
@@ -55,6 +56,12 @@ T = TypeVar("T")
 # doubling up to a second, which an hour-long job does not notice and a store does not feel.
 FIRST_POLL_SEC = 0.05
 MAX_POLL_SEC = 1.0
+# A cut stream of events is read again from its last id: this many times in a row without a new
+# event, waiting 0.1 s doubling up to 2 s between two tries (about 6 s in all), enough for a
+# proxy's restart or a moment of lost network, short enough that a run that is gone is soon said.
+RESUME_ATTEMPTS = 6
+FIRST_RESUME_SEC = 0.1
+MAX_RESUME_SEC = 2.0
 
 
 @dataclass(frozen=True)
@@ -197,6 +204,8 @@ class _JobCore:
         self.status_url = f"{client.url}{ASYNC_REQUEST}/{job_id}"
         self.headers = client._headers_for(JSON_MEDIA_TYPE)
         self._last_event: int | None = None
+        self._resumes = 0  # tries since the last event that arrived
+        self._resumed_from: int | None = None
 
     def _error(self, status: int, headers: Mapping[str, str], content: bytes) -> Exception:
         return answer_error(f"job {self.id}", self._client.url, status, content, headers)
@@ -260,6 +269,27 @@ class _JobCore:
         if last_event_id is not None:
             headers["last-event-id"] = str(last_event_id)
         return headers
+
+    def resume_wait(self, cut: StreamInterrupted) -> float:
+        """How long to wait before reading the rest of a cut stream; raises ``cut`` once the
+        tries are spent (each event that arrives gives them back)."""
+        if self._last_event != self._resumed_from:
+            self._resumes, self._resumed_from = 0, self._last_event
+        self._resumes += 1
+        if self._resumes > RESUME_ATTEMPTS:
+            raise cut
+        delay: float = FIRST_RESUME_SEC * 2.0 ** (self._resumes - 1)
+        return min(delay, MAX_RESUME_SEC)
+
+    def resume_headers(self) -> dict[str, str]:
+        return self.events_headers(self._last_event)
+
+    def check_resumed(self, status: int, headers: Mapping[str, str], content: bytes) -> None:
+        """A reconnection's answer: a run that is gone (its retention ran out) ends the reading as
+        the cut it is, rather than as an unrelated 404."""
+        if status == 404:
+            raise self.interrupted(RuntimeError("the run is gone: its retention ran out"))
+        self.check_events(status, headers, content)
 
     def check_events(self, status: int, headers: Mapping[str, str], content: bytes) -> None:
         if status == 409:
@@ -369,17 +399,50 @@ class Job(Generic[T]):
         after ``last_event_id`` (None or 0: from the first). Each carries its number as its
         ``id``; items are ``data``, and ``event`` is ``header``, ``footer`` or ``restart`` (a new
         attempt starts over) for the others. The iteration ends at the stream's end; an error
-        is raised as :meth:`result` raises it, a cut as StreamInterrupted naming where to resume.
+        is raised as :meth:`result` raises it. A cut connection is read again from the last
+        event that arrived, so each event comes once, in order; StreamInterrupted (naming where
+        to resume) only once the run is gone or RESUME_ATTEMPTS tries in a row brought nothing.
         """
-        headers = self._core.events_headers(last_event_id)
-        with self._client._sending():
-            request = self._client._http.build_request(
-                "GET", self._core.status_url + "/events", headers=headers
-            )
-            response = self._client._http.send(request, stream=True)
-        try:
+        yield from self._follow(self._core.events_headers(last_event_id), None)
+
+    def follow(self, first: httpx.Response) -> Iterator[SSE]:
+        """The run's events from ``first``, the open answer of a resumable ``/run_remote``, read
+        on from their last id after a cut, as :meth:`events` reads them."""
+        yield from self._follow(self._core.events_headers(None), first)
+
+    def _follow(self, headers: dict[str, str], first: httpx.Response | None) -> Iterator[SSE]:
+        resumed = False
+        while True:
+            try:
+                yield from self._read_events(headers, resumed, first)
+                return
+            except StreamInterrupted as cut:
+                time.sleep(self._core.resume_wait(cut))
+            headers, resumed, first = self._core.resume_headers(), True, None
+
+    def _read_events(
+        self, headers: dict[str, str], resumed: bool, response: httpx.Response | None
+    ) -> Iterator[SSE]:
+        """One connection's events; StreamInterrupted on a cut (the caller reads the rest)."""
+        if response is None:
+            try:
+                with self._client._sending():
+                    request = self._client._http.build_request(
+                        "GET", self._core.status_url + "/events", headers=headers
+                    )
+                    response = self._client._http.send(request, stream=True)
+            except DependencyUnavailable as exc:
+                if not resumed:
+                    raise
+                raise self._core.interrupted(exc) from exc
             status = response.status_code
-            self._core.check_events(status, response.headers, response.read() if status != 200 else b"")
+            check = self._core.check_resumed if resumed else self._core.check_events
+            try:
+                check(status, response.headers, response.read() if status != 200 else b"")
+            except BaseException:
+                response.close()
+                raise
+        try:
             decoder = SSEDecoder()
             chunks = response.iter_bytes()
             while True:
@@ -457,14 +520,47 @@ class AsyncJob(Generic[T]):
 
     async def events(self, last_event_id: int | None = None) -> AsyncIterator[SSE]:
         """See :meth:`Job.events`."""
-        headers = self._core.events_headers(last_event_id)
-        with self._client._sending():
-            answer = await self._client._http.send(
-                "GET", self._core.status_url + "/events", None, headers, stream=True
-            )
-        try:
+        async for event in self._follow(self._core.events_headers(last_event_id), None):
+            yield event
+
+    async def follow(self, first: Answer) -> AsyncIterator[SSE]:
+        """See :meth:`Job.follow`."""
+        async for event in self._follow(self._core.events_headers(None), first):
+            yield event
+
+    async def _follow(self, headers: dict[str, str], first: Answer | None) -> AsyncIterator[SSE]:
+        resumed = False
+        while True:
+            try:
+                async for event in self._read_events(headers, resumed, first):
+                    yield event
+                return
+            except StreamInterrupted as cut:
+                await asyncio.sleep(self._core.resume_wait(cut))
+            headers, resumed, first = self._core.resume_headers(), True, None
+
+    async def _read_events(
+        self, headers: dict[str, str], resumed: bool, answer: Answer | None
+    ) -> AsyncIterator[SSE]:
+        """See :meth:`Job._read_events`."""
+        if answer is None:
+            try:
+                with self._client._sending():
+                    answer = await self._client._http.send(
+                        "GET", self._core.status_url + "/events", None, headers, stream=True
+                    )
+            except DependencyUnavailable as exc:
+                if not resumed:
+                    raise
+                raise self._core.interrupted(exc) from exc
             status = answer.status
-            self._core.check_events(status, answer.headers, await answer.read() if status != 200 else b"")
+            check = self._core.check_resumed if resumed else self._core.check_events
+            try:
+                check(status, answer.headers, await answer.read() if status != 200 else b"")
+            except BaseException:
+                await answer.aclose()
+                raise
+        try:
             decoder = SSEDecoder()
             chunks = answer.chunks()
             while True:

@@ -32,6 +32,8 @@ __all__ = [
     "NDJSON_MEDIA_TYPE",
     "READYZ",
     "REQUEST_ID_HEADER",
+    "RESUMABLE_HEADER",
+    "RUN_ID_HEADER",
     "RUN_REMOTE",
     "SSE_MEDIA_TYPE",
     "STREAM_KIND_HEADER",
@@ -49,6 +51,10 @@ METRICS: Final = "/metrics"
 # The entrypoint's async calls (docs/jobs.md): the submission, and each request's status.
 ASYNC_RUN_REMOTE: Final = "/async_run_remote"
 ASYNC_REQUEST: Final = "/async_request"
+# A resumable stream (docs/jobs.md): asked for with ``X-Chains-Resumable: 1`` on POST /run_remote,
+# answered with the run's id, whose events are read again at /async_request/{id}/events.
+RESUMABLE_HEADER: Final = "x-chains-resumable"
+RUN_ID_HEADER: Final = "x-chains-run-id"
 
 # The headers of a call: its request id and the time it has left, carried to every hop (see
 # chains/call_context.py), and the kind of stream an endpoint answers with.

@@ -169,6 +169,22 @@ class JobRunner:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
+    async def run_now(self, job_id: str) -> bool:
+        """Claim the queued job ``job_id`` and run it at once, beside the workers rather than in
+        one of their slots: a caller is reading its stream live (a resumable ``/run_remote``).
+        False if it could not be claimed (the server is stopping, or the job is no longer queued)."""
+        if self._stopping:
+            return False
+        job = await asyncio.to_thread(
+            self.store.claim, self.owner, lease_sec=self.settings.lease_sec, now=time.time(), job_id=job_id
+        )
+        if job is None:
+            return False
+        task = asyncio.create_task(self._run(job))
+        self._running[job.id] = task  # renewed and cancellable as the workers' jobs are
+        task.add_done_callback(lambda _: self._running.pop(job.id, None))
+        return True
+
     def stop_claiming(self) -> None:
         """Run no new job (the server drains); running ones go on."""
         self._stopping = True

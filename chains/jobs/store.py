@@ -74,7 +74,7 @@ class JobStore(Protocol):
 
     def recent(self, *, limit: int = 50, status: JobStatus | None = None) -> list[Job]: ...
 
-    def claim(self, owner: str, *, lease_sec: float, now: float) -> Job | None: ...
+    def claim(self, owner: str, *, lease_sec: float, now: float, job_id: str | None = None) -> Job | None: ...
 
     def renew(self, owner: str, job_ids: Sequence[str], *, lease_sec: float, now: float) -> set[str]: ...
 
@@ -311,10 +311,14 @@ class SqlJobStore:
 
     # -- running -------------------------------------------------------------------------------
 
-    def claim(self, owner: str, *, lease_sec: float, now: float) -> Job | None:
+    def claim(self, owner: str, *, lease_sec: float, now: float, job_id: str | None = None) -> Job | None:
         """The next job to run (lowest priority value, then oldest), leased to ``owner``; jobs
         past their time in the queue expire, and jobs whose worker stopped renewing its lease
-        (or whose worker on this machine is gone) are taken back first."""
+        (or whose worker on this machine is gone) are taken back first.
+
+        ``job_id`` claims that job only, if it is still queued: a resumable stream runs at once,
+        not behind the queue (chains.server.resumable)."""
+        wanted = job_id  # the loop below names each lost job job_id
         with self._write(durable=False) as db:
             self._exec(
                 db,
@@ -337,11 +341,17 @@ class SqlJobStore:
                     f"the chainlet running it stopped during attempt {attempts} of {retry.max_attempts}",
                 )
                 self._fail_locked(db, job_id, attempts, retry, error, retryable=True, now=now)
-            row = self._exec(
-                db,
-                "SELECT id FROM jobs WHERE status = ? AND not_before <= ? ORDER BY priority, created LIMIT 1",
-                (JobStatus.QUEUED.value, now),
-            ).fetchone()
+            if wanted is None:
+                row = self._exec(
+                    db,
+                    "SELECT id FROM jobs WHERE status = ? AND not_before <= ?"
+                    " ORDER BY priority, created LIMIT 1",
+                    (JobStatus.QUEUED.value, now),
+                ).fetchone()
+            else:
+                row = self._exec(
+                    db, "SELECT id FROM jobs WHERE status = ? AND id = ?", (JobStatus.QUEUED.value, wanted)
+                ).fetchone()
             if row is None:
                 return None
             self._exec(

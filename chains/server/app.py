@@ -66,7 +66,7 @@ from chains.server.settings import ServerSettings
 from chains.server.streaming_response import StreamAborted, send_stream
 from chains.server.websocket import Conversations, serve_websocket
 from chains.streaming import shape_of
-from chains.wire import DEBUG_HEADER, JSON_MEDIA_TYPE, RUN_REMOTE, debug_proof
+from chains.wire import DEBUG_HEADER, JSON_MEDIA_TYPE, RESUMABLE_HEADER, RUN_REMOTE, debug_proof
 
 if TYPE_CHECKING:
     from chains.server.jobs import JobRoutes
@@ -311,6 +311,11 @@ class ChainletApp:
     async def _run_remote(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         headers = header_map(scope)
+        if RESUMABLE_HEADER in headers:  # one look-up a call: plain streams pay nothing more
+            from chains.server.resumable import serve_resumable
+
+            await serve_resumable(self.spec, self._jobs, headers, receive, send)
+            return
         call = CallContext.from_headers(headers)
         stream = StreamCount() if self.spec.endpoint.is_stream else None
         request = Request(started, headers, call, receive, send, stream)

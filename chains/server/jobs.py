@@ -304,10 +304,43 @@ class JobRoutes:
             detail = "Last-Event-ID (or ?after=) must be the number of an event this stream sent"
             await send_json(send, 400, {"detail": detail})
             return
+        await self.send_stream(job, after, receive, send)
+
+    def refusal(self, headers: dict[str, str]) -> str | None:
+        """Why these credentials may not call (None: they may)."""
+        return self._credentials.refusal(headers)
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self._max_body
+
+    async def start_stream(self, model_input: bytes) -> Job:
+        """Store a streaming job for ``model_input`` (already validated) and run it at once, beside
+        the workers: its caller reads it live (chains.server.resumable)."""
+        job = await asyncio.to_thread(
+            functools.partial(
+                self.store.submit, AsyncRequest(model_input={}), model_input, now=time.time(), streams=True
+            )
+        )
+        if not await self.runner.run_now(job.id):
+            self.runner.wake()  # the server is stopping: a worker of the next server runs it
+        return job
+
+    async def send_stream(
+        self,
+        job: Job,
+        after: int,
+        receive: Receive,
+        send: Send,
+        extra_headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        """Answer a job's events above ``after`` as server-sent events, live until its end or
+        until the reader goes (which leaves the job running)."""
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone))
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": _EVENT_HEADERS})
+            headers = _EVENT_HEADERS + (extra_headers or [])
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
             # Reconnect soon after a cut: the rest is kept, so nothing is lost by waiting less.
             await send({"type": "http.response.body", "body": b"retry: 500\n\n", "more_body": True})
             await self._send_events(job, after, send, gone)

@@ -22,3 +22,4 @@ def test_the_jobs_benchmark_runs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "jobs/s" in done.stdout and "kept and numbered" in done.stdout
+    assert "a resumable /run_remote" in done.stdout

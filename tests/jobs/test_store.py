@@ -127,6 +127,20 @@ def test_priority_then_age_orders_the_queue(store: SqlJobStore) -> None:
     assert order == [high.id, mid.id, low.id]
 
 
+def test_a_claim_by_id_takes_that_job_ahead_of_the_queue_and_only_while_queued(store: SqlJobStore) -> None:
+    first = store.submit(async_request(priority=0), b"{}", now=0)
+    running = store.claim("w", lease_sec=60, now=1)
+    assert running is not None and running.id == first.id
+    older = store.submit(async_request(priority=0), b"{}", now=2)
+    wanted = store.submit(async_request(priority=2), b"{}", now=3)
+    job = store.claim("w", lease_sec=60, now=4, job_id=wanted.id)  # with a job in progress
+    assert job is not None and job.id == wanted.id and job.status is JobStatus.IN_PROGRESS
+    assert store.claim("w", lease_sec=60, now=5, job_id=wanted.id) is None  # no longer queued
+    assert store.claim("w", lease_sec=60, now=5, job_id="no-such-job") is None
+    later = store.claim("w", lease_sec=60, now=6)
+    assert later is not None and later.id == older.id  # the queue goes on in its order
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_retention_forgets_only_ended_jobs_whose_webhook_is_settled(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest

@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
             "chains.client",
             "chains.client_http",
             "chains.client_jobs",
+            "chains.client_resumable",
             "chains.local",
             "chains.local_routes",
             "chains.loader",
