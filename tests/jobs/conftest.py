@@ -32,9 +32,10 @@ def chains_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def push(name: str, timeout: float = 60) -> ChainHandle:
-    chain = load_chain(CHAIN_FILE, "Entry", name)
-    return push_chain(chain, CHAIN_FILE, "local", PushOptions(timeout=timeout))
+def push(name: str, timeout: float = 60, file: Path = CHAIN_FILE, entrypoint: str = "Entry") -> ChainHandle:
+    """The chain of ``file`` (jobs_chain.py by default) pushed as local processes as ``name``."""
+    chain = load_chain(file, entrypoint, name)
+    return push_chain(chain, file, "local", PushOptions(timeout=timeout))
 
 
 @pytest.fixture
@@ -49,8 +50,7 @@ def pushed(chains_home: Path) -> Iterator[ChainHandle]:
 @pytest.fixture
 def streaming(chains_home: Path) -> Iterator[ChainHandle]:
     """The streaming chain of stream_chain.py, pushed."""
-    chain = load_chain(STREAM_CHAIN, "StreamEntry", "streaming-jobs")
-    handle = push_chain(chain, STREAM_CHAIN, "local", PushOptions(timeout=60))
+    handle = push("streaming-jobs", file=STREAM_CHAIN, entrypoint="StreamEntry")
     try:
         yield handle
     finally:

@@ -11,12 +11,10 @@ import httpx
 import pytest
 
 from chains.client import AsyncClient, Client
-from chains.deploy import ChainHandle, push_chain, stop_chain
+from chains.deploy import ChainHandle, stop_chain
 from chains.errors import ChainsRuntimeError, StreamInterrupted
-from chains.loader import load_chain
 from chains.streaming.sse import SSE, SSEDecoder
-from chains.targets import PushOptions
-from tests.jobs.conftest import log_lines
+from tests.jobs.conftest import log_lines, push
 from tests.jobs.cutting_proxy import CuttingProxy
 from tests.jobs.typed_stream_chain import Piece
 
@@ -169,14 +167,9 @@ async def test_the_async_client_reads_a_resumable_stream_through_cuts_each_item_
     assert log_lines(log) == ["run"]
 
 
-def _push_typed(name: str) -> ChainHandle:
-    chain = load_chain(TYPED_CHAIN, "Pieces", name)
-    return push_chain(chain, TYPED_CHAIN, "local", PushOptions(timeout=60))
-
-
 @pytest.fixture
 def typed(chains_home: Path) -> Iterator[ChainHandle]:
-    handle = _push_typed("typed-stream")
+    handle = push("typed-stream", file=TYPED_CHAIN, entrypoint="Pieces")
     try:
         yield handle
     finally:
@@ -210,7 +203,7 @@ def test_without_a_job_store_a_resumable_stream_is_refused_naming_the_setting(
     chains_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("CHAINS_JOBS_STORE", "off")
-    handle = _push_typed("typed-no-store")
+    handle = push("typed-no-store", file=TYPED_CHAIN, entrypoint="Pieces")
     try:
         body = {"count": 2, "log": str(tmp_path / "runs")}
         answer = httpx.post(
