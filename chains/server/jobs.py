@@ -235,12 +235,8 @@ class JobRoutes:
             detail = f"{self.spec.name} holds WebSocket conversations: it takes no async calls"
             await send_json(send, 400, {"detail": detail})
             return
-        try:
-            body = await read_body(receive, self._max_body, headers.get("content-length"))
-        except BodyTooLarge:
-            await send_json(send, 413, {"detail": f"request body over the limit of {self._max_body} bytes"})
-            return
-        except ClientGone:
+        body = await self.read_request_body(headers, receive, send)
+        if body is None:
             return
         try:
             request = AsyncRequest.model_validate_json(body)
@@ -248,13 +244,8 @@ class JobRoutes:
             errors = exc.errors(include_url=False, include_input=False, include_context=False)
             await send_json(send, 422, {"detail": errors})
             return
-        model_input = json.dumps(request.model_input, separators=(",", ":"), allow_nan=False).encode()
-        try:
-            codec.decode_args(self.spec.endpoint, model_input)
-        except pydantic.ValidationError as exc:
-            # Refused at the door, not accepted and failed later: the caller is still here to see why.
-            errors = exc.errors(include_url=False, include_input=False, include_context=False)
-            await send_json(send, 422, {"detail": [{**e, "loc": ["model_input", *e["loc"]]} for e in errors]})
+        model_input = await self.checked_input(request.model_input, send, ("model_input",))
+        if model_input is None:
             return
         streams = self.spec.endpoint.is_stream
         job = await asyncio.to_thread(
@@ -310,9 +301,30 @@ class JobRoutes:
         """Why these credentials may not call (None: they may)."""
         return self._credentials.refusal(headers)
 
-    @property
-    def max_body_bytes(self) -> int:
-        return self._max_body
+    async def read_request_body(self, headers: dict[str, str], receive: Receive, send: Send) -> bytes | None:
+        """The request's body; None once it was refused (413) or its caller went away."""
+        try:
+            return await read_body(receive, self._max_body, headers.get("content-length"))
+        except BodyTooLarge:
+            await send_json(send, 413, {"detail": f"request body over the limit of {self._max_body} bytes"})
+        except ClientGone:
+            pass
+        return None
+
+    async def checked_input(
+        self, arguments: dict[str, Any], send: Send, loc: tuple[str, ...] = ()
+    ) -> bytes | None:
+        """``run_remote``'s ``arguments`` as a job keeps them, checked against its signature; None
+        once refused with 422 (each error's ``loc`` after ``loc``). Refused at the door, not
+        accepted and failed later: the caller is still here to see why."""
+        model_input = json.dumps(arguments, separators=(",", ":"), allow_nan=False).encode()
+        try:
+            codec.decode_args(self.spec.endpoint, model_input)
+        except pydantic.ValidationError as exc:
+            errors = exc.errors(include_url=False, include_input=False, include_context=False)
+            await send_json(send, 422, {"detail": [{**e, "loc": [*loc, *e["loc"]]} for e in errors]})
+            return None
+        return model_input
 
     async def start_stream(self, model_input: bytes) -> Job:
         """Store a streaming job for ``model_input`` (already validated) and run it at once, beside

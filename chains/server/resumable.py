@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import json
 
-import pydantic
-
-from chains import codec
 from chains.jobs.store import JobRefused
 from chains.model import ChainletSpec
-from chains.server.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_json
+from chains.server.asgi import Receive, Send, send_json
 from chains.server.jobs import JobRoutes
 from chains.wire import ASYNC_REQUEST, RESUMABLE_HEADER, RUN_ID_HEADER
 
@@ -57,27 +54,18 @@ async def serve_resumable(
     if refusal is not None:
         await send_json(send, 401, {"detail": refusal})
         return
-    try:
-        body = await read_body(receive, routes.max_body_bytes, headers.get("content-length"))
-    except BodyTooLarge:
-        await send_json(
-            send, 413, {"detail": f"request body over the limit of {routes.max_body_bytes} bytes"}
-        )
-        return
-    except ClientGone:
+    body = await routes.read_request_body(headers, receive, send)
+    if body is None:
         return
     try:
         arguments = json.loads(body or b"{}")
         if not isinstance(arguments, dict):
             raise ValueError("the body must be a JSON object of run_remote's arguments by name")
-        model_input = json.dumps(arguments, separators=(",", ":"), allow_nan=False).encode()
-        codec.decode_args(spec.endpoint, model_input)
-    except pydantic.ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False, include_context=False)
-        await send_json(send, 422, {"detail": errors})
-        return
+        model_input = await routes.checked_input(arguments, send)  # NaN: a ValueError too
     except ValueError as exc:
         await send_json(send, 400, {"detail": f"the body is not run_remote's arguments: {exc}"})
+        return
+    if model_input is None:
         return
     try:
         job = await routes.start_stream(model_input)
