@@ -129,10 +129,10 @@ class JobRunner:
             finally:
                 self._running.pop(job.id, None)
 
-    async def _run(self, job: Job) -> None:
+    async def _run(self, job: Job, invoke: Invoke | None = None) -> None:
         logger.info("job %s: attempt %d of %d", job.id, job.attempts, job.retry.max_attempts)
         try:
-            output = await self._invoke(job)
+            output = await (invoke or self._invoke)(job)
         except asyncio.CancelledError:
             now = time.time()
             if job.id in self._canceled:
@@ -169,21 +169,25 @@ class JobRunner:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def run_now(self, job_id: str) -> bool:
+    async def run_now(self, job_id: str, invoke: Invoke | None = None) -> asyncio.Task[None] | None:
         """Claim the queued job ``job_id`` and run it at once, beside the workers rather than in
         one of their slots: a caller is reading its stream live (a resumable ``/run_remote``).
-        False if it could not be claimed (the server is stopping, or the job is no longer queued)."""
+
+        ``invoke`` runs this attempt instead of the runner's own (it may bound it by the caller's
+        deadline). The run's task is made in the caller's context, so it runs in the caller's
+        trace. Returns that task, or None if the job could not be claimed (the server is
+        stopping, or the job is no longer queued)."""
         if self._stopping:
-            return False
+            return None
         job = await asyncio.to_thread(
             self.store.claim, self.owner, lease_sec=self.settings.lease_sec, now=time.time(), job_id=job_id
         )
         if job is None:
-            return False
-        task = asyncio.create_task(self._run(job))
+            return None
+        task = asyncio.create_task(self._run(job, invoke))
         self._running[job.id] = task  # renewed and cancellable as the workers' jobs are
         task.add_done_callback(lambda _: self._running.pop(job.id, None))
-        return True
+        return task
 
     def stop_claiming(self) -> None:
         """Run no new job (the server drains); running ones go on."""

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from chains.errors import DeadlineExceeded
 
-__all__ = ["END", "BodyReads", "loop_time", "passed", "until_deadline"]
+__all__ = ["END", "BodyReads", "loop_time", "passed", "until_deadline", "within_deadline"]
 
 # What ``anext(stream, END)`` gives for a stream that has ended.
 END: Any = object()
@@ -156,6 +157,25 @@ async def until_deadline(
         if item is END:
             return
         yield item
+
+
+async def within_deadline(
+    stream: AsyncIterator[Any], deadline: float, expired: DeadlineExceeded
+) -> AsyncIterator[Any]:
+    """``stream``'s items, bounded by ``deadline`` (time.monotonic) as a served stream's are: the
+    wait for the first item in one scope, then :func:`until_deadline`. ``stream`` is closed
+    when this is, since a stream that outlived its caller's deadline must not go on."""
+    async with aclosing(stream):  # type: ignore[type-var]
+        scope = asyncio.timeout_at(loop_time(deadline))
+        try:
+            async with scope:
+                first = await anext(stream, END)
+        except TimeoutError:
+            if scope.expired():
+                raise expired from None
+            raise  # run_remote's own
+        async for item in until_deadline(first, stream, deadline, expired):
+            yield item
 
 
 class _PullDeadline:

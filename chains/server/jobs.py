@@ -31,7 +31,7 @@ import pydantic
 
 from chains import codec
 from chains.call_context import CallContext, serving_call
-from chains.errors import ErrorDetail
+from chains.errors import DeadlineExceeded, ErrorDetail
 from chains.jobs.records import AsyncRequest, Job, JobStatus
 from chains.jobs.runner import JobFailed, JobRunner, RunnerSettings
 from chains.jobs.store import JobRefused, JobStore
@@ -48,6 +48,7 @@ from chains.server.asgi import (
     send_json,
 )
 from chains.server.credentials import Credentials
+from chains.server.deadline import within_deadline
 from chains.streaming import shape_of
 from chains.streaming.forms import encode_sse
 from chains.wire import ASYNC_REQUEST, ASYNC_RUN_REMOTE
@@ -114,7 +115,9 @@ class JobRoutes:
 
     # -- running one job -----------------------------------------------------------------------
 
-    async def _run_job(self, job: Job) -> bytes:
+    async def _run_job(self, job: Job, deadline: float | None = None) -> bytes:
+        """Run one attempt of ``job``, within the run timeout and, for a resumable stream whose
+        caller sent one, the caller's ``deadline`` (time.monotonic) when that comes first."""
         endpoint = self.spec.endpoint
         try:
             arguments = codec.decode_args(endpoint, job.model_input)
@@ -122,11 +125,15 @@ class JobRoutes:
             raise JobFailed("INVALID_INPUT", _errors_text(exc)) from None
         # The job's id is the call's request id in every attempt: a body that must not repeat
         # a side effect keys it by the request id (docs/jobs.md).
-        call = CallContext(job.id, time.monotonic() + self._run_timeout)
+        run_deadline = time.monotonic() + self._run_timeout
+        if deadline is not None and deadline >= run_deadline:
+            deadline = None  # the run timeout comes first, and ends the run as before
+        # The dependencies' calls carry the earlier of the two, as a plain call's carry its caller's.
+        call = CallContext(job.id, run_deadline if deadline is None else deadline)
         with serving_call(call):
             async with asyncio.timeout(self._run_timeout):
                 if endpoint.is_stream:
-                    return await self._run_stream(job, arguments)
+                    return await self._run_stream(job, arguments, deadline)
                 value = await self._invoke_endpoint(arguments)
         return codec.encode_result(endpoint, value)
 
@@ -139,9 +146,11 @@ class JobRoutes:
             return detail.public(job.id)
         return detail.model_copy(update={"request_id": job.id})
 
-    async def _run_stream(self, job: Job, arguments: dict[str, Any]) -> bytes:
+    async def _run_stream(self, job: Job, arguments: dict[str, Any], deadline: float | None = None) -> bytes:
         """Run a streaming job: its events, in their SSE form, go to the store as they come,
-        in batches as large as the store's pace makes them (one write a batch)."""
+        in batches as large as the store's pace makes them (one write a batch). Past the
+        caller's ``deadline`` the stream ends with its error event naming DeadlineExceeded,
+        as a plain stream past its caller's deadline does."""
         queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=_QUEUED_EVENTS)
         writer = asyncio.create_task(self._write_events(job, queue))
         failures: list[BaseException] = []
@@ -163,6 +172,9 @@ class JobRoutes:
                 # What an earlier attempt streamed stays; a reader learns that the rest starts over.
                 await put(b'event: restart\ndata: {"attempt": %d}\n\n' % job.attempts)
             source = self._open_stream(arguments)
+            if deadline is not None:
+                expired = DeadlineExceeded(f"{self.spec.name} did not answer within the caller's deadline")
+                source = within_deadline(source, deadline, expired)
             chunks = encode_sse(
                 shape_of(self.spec.endpoint), source, chainlet=self.spec.name, on_error=failures.append
             )
@@ -326,17 +338,25 @@ class JobRoutes:
             return None
         return model_input
 
-    async def start_stream(self, model_input: bytes) -> Job:
+    async def start_stream(
+        self, model_input: bytes, deadline: float | None = None
+    ) -> tuple[Job, asyncio.Task[None] | None]:
         """Store a streaming job for ``model_input`` (already validated) and run it at once, beside
-        the workers: its caller reads it live (chains.server.resumable)."""
+        the workers: its caller reads it live (chains.server.resumable). ``deadline`` (the
+        caller's, time.monotonic) bounds this run when it comes before the run timeout.
+
+        Returns the job and the task running it here, in the caller's context; None when it
+        could not be run at once and was left to the workers (the server is stopping)."""
         job = await asyncio.to_thread(
             functools.partial(
                 self.store.submit, AsyncRequest(model_input={}), model_input, now=time.time(), streams=True
             )
         )
-        if not await self.runner.run_now(job.id):
+        invoke = None if deadline is None else functools.partial(self._run_job, deadline=deadline)
+        task = await self.runner.run_now(job.id, invoke)
+        if task is None:
             self.runner.wake()  # the server is stopping: a worker of the next server runs it
-        return job
+        return job, task
 
     async def send_stream(
         self,

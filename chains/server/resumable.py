@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from chains.call_context import CallContext
 from chains.jobs.store import JobRefused
 from chains.model import ChainletSpec
 from chains.server.asgi import Receive, Send, send_json
@@ -68,7 +69,7 @@ async def serve_resumable(
     if model_input is None:
         return
     try:
-        job = await routes.start_stream(model_input)
+        job, _ = await routes.start_stream(model_input, CallContext.from_headers(headers).deadline)
     except JobRefused as exc:  # the store's bounds, as for an async call
         retry = [(b"retry-after", b"5")] if exc.status == 503 else []
         await send_json(send, exc.status, {"detail": exc.message}, retry)
