@@ -312,9 +312,7 @@ class ChainletApp:
         started = time.perf_counter()
         headers = header_map(scope)
         if RESUMABLE_HEADER in headers:  # one look-up a call: plain streams pay nothing more
-            from chains.server.resumable import serve_resumable
-
-            await serve_resumable(self.spec, self._jobs, headers, receive, send)
+            await self._run_resumable(started, headers, receive, send)
             return
         call = CallContext.from_headers(headers)
         stream = StreamCount() if self.spec.endpoint.is_stream else None
@@ -332,6 +330,44 @@ class ChainletApp:
         elapsed = time.perf_counter() - started
         self.metrics.call_finished(status, elapsed)
         self.log_request(request, status)
+
+    async def _run_resumable(
+        self, started: float, headers: dict[str, str], receive: Receive, send: Send
+    ) -> None:
+        """A resumable call (chains.server.resumable), logged, metered and traced as any call:
+        its line, status and duration are its answer's, from the POST to the end of its first
+        connection (the run's end when that connection lasts; docs/jobs.md)."""
+        call = CallContext.from_headers(headers)
+        request = Request(started, headers, call, receive, send, StreamCount())
+        if self._tracing is None:
+            status = await self._serve_resumable(request)
+        else:
+            status = await self._tracing.serve(
+                self.spec.name,
+                call,
+                headers,
+                receive,
+                send,
+                functools.partial(self._traced_resumable, request),
+            )
+        self.metrics.call_finished(status, time.perf_counter() - started)
+        self.log_request(request, status)
+
+    def _traced_resumable(self, request: Request, receive: Receive, send: Send) -> Awaitable[int]:
+        request.receive = receive
+        request.send = send
+        return self._serve_resumable(request)
+
+    def _serve_resumable(self, request: Request) -> Awaitable[int]:
+        from chains.server.resumable import serve_resumable
+
+        return serve_resumable(
+            request,
+            self.spec,
+            self._jobs,
+            tracing=self._tracing,
+            ready=self.instance is not None,
+        )
 
     def _traced(self, request: Request, receive: Receive, send: Send) -> Awaitable[int]:
         # The span's counting receive and send take the place of the server's.

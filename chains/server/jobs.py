@@ -49,6 +49,7 @@ from chains.server.asgi import (
 )
 from chains.server.credentials import Credentials
 from chains.server.deadline import within_deadline
+from chains.server.request import StreamCount
 from chains.streaming import shape_of
 from chains.streaming.forms import encode_sse
 from chains.wire import ASYNC_REQUEST, ASYNC_RUN_REMOTE
@@ -64,6 +65,9 @@ _EVENT_HEADERS = [
 ]
 _QUEUED_EVENTS = 1024  # events a streaming job may run ahead of the store by
 _BATCH_EVENTS = 1024  # events stored in one write, at most
+# An item of a text, bytes or typed stream is an unnamed event; header, footer, end, error
+# and restart are named (an SSE endpoint's own named events are not counted as items).
+_NAMED_EVENT = b"event: "
 _POLL_SEC = 0.05  # how often a reader asks the store for new events (another replica may write them)
 
 
@@ -365,9 +369,11 @@ class JobRoutes:
         receive: Receive,
         send: Send,
         extra_headers: list[tuple[bytes, bytes]] | None = None,
+        count: StreamCount | None = None,
     ) -> None:
         """Answer a job's events above ``after`` as server-sent events, live until its end or
-        until the reader goes (which leaves the job running)."""
+        until the reader goes (which leaves the job running); ``count``, if given, counts the
+        items sent and whether the stream failed (a resumable call's request-log line)."""
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone))
         try:
@@ -375,12 +381,14 @@ class JobRoutes:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             # Reconnect soon after a cut: the rest is kept, so nothing is lost by waiting less.
             await send({"type": "http.response.body", "body": b"retry: 500\n\n", "more_body": True})
-            await self._send_events(job, after, send, gone)
+            await self._send_events(job, after, send, gone, count)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             watcher.cancel()
 
-    async def _send_events(self, job: Job, after: int, send: Send, gone: asyncio.Event) -> None:
+    async def _send_events(
+        self, job: Job, after: int, send: Send, gone: asyncio.Event, count: StreamCount | None = None
+    ) -> None:
         """The job's events above ``after``, then each new one as it is stored, until it ends.
 
         A stream's own ``error`` event ends the reading only once the job has ended: a job that
@@ -393,6 +401,9 @@ class JobRoutes:
                 body = b"".join(b"%sid: %d\n\n" % (data[:-1], seq) for seq, data in events)
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 after, last = events[-1]
+                if count is not None:
+                    count.items += sum(1 for _, data in events if not data.startswith(_NAMED_EVENT))
+                    count.failed = last.startswith(b"event: error\n")
                 if last.startswith(b"event: end\n"):
                     return
                 failed_last = last.startswith(b"event: error\n")
@@ -401,6 +412,8 @@ class JobRoutes:
             if current is None or current.status.is_terminal:
                 if current is not None and current.events > after:
                     continue  # stored just before it ended
+                if count is not None:
+                    count.failed = current is None or current.status is not JobStatus.SUCCEEDED
                 if not failed_last:  # it ended without its stream's own end: say how
                     status = current.status.value if current is not None else "GONE"
                     errors = [e.as_json() for e in current.errors] if current is not None else []

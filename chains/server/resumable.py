@@ -7,73 +7,109 @@ events, each with its number as its ``id``, and the run's id in ``X-Chains-Run-I
 not cancel the run: the caller (or an ``EventSource``, by itself) reads the rest at
 ``GET /async_request/{id}/events`` with ``Last-Event-ID``, live or until the job's retention
 runs out. A call without the header never comes here, so plain streams pay nothing.
+
+It is served as a call otherwise: logged, metered and traced as one, and run within its
+caller's deadline and trace.
 """
 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from chains.call_context import CallContext
 from chains.jobs.store import JobRefused
 from chains.model import ChainletSpec
-from chains.server.asgi import Receive, Send, send_json
-from chains.server.jobs import JobRoutes
+from chains.server.asgi import Message, Send, send_json
+from chains.server.refusal import RETRY_SOON, Refusal
+from chains.server.request import Request
 from chains.wire import ASYNC_REQUEST, RESUMABLE_HEADER, RUN_ID_HEADER
+
+if TYPE_CHECKING:
+    from chains.server.jobs import JobRoutes
+    from chains.tracing.spans import Tracing
 
 __all__ = ["serve_resumable"]
 
 
+class _Answer:
+    """The status a call was answered with, seen on its way out (499: none, its caller left)."""
+
+    __slots__ = ("_send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.status = 499
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+        await self._send(message)
+
+
 async def serve_resumable(
+    request: Request,
     spec: ChainletSpec,
     routes: JobRoutes | None,
-    headers: dict[str, str],
-    receive: Receive,
-    send: Send,
-) -> None:
-    """Answer one ``POST /run_remote`` that asked for a resumable stream."""
+    *,
+    tracing: Tracing | None,
+    ready: bool,
+) -> int:
+    """Answer one ``POST /run_remote`` that asked for a resumable stream; return its status.
+
+    The status is the answer's: 200 once the stream began, whatever the run then does (its
+    own end is its job's status and the stream's last event), or the refusal's."""
+    answer = _Answer(request.send)
+    send = answer.send
+    headers = request.headers
     value = headers[RESUMABLE_HEADER].strip()
     if value != "1":
         detail = f"{RESUMABLE_HEADER}: {value!r} is not understood: send '1' for a resumable stream"
-        await send_json(send, 400, {"detail": detail})
-        return
+        await send_json(send, 400, {"detail": detail}, request.id_header)
+        return 400
     if not spec.endpoint.is_stream:
         detail = (
             f"{spec.name} answers one value, not a stream: {RESUMABLE_HEADER} applies to streaming "
             "endpoints (for a call that outlives its request, use POST /async_run_remote)"
         )
-        await send_json(send, 400, {"detail": detail})
-        return
+        await send_json(send, 400, {"detail": detail}, request.id_header)
+        return 400
     if routes is None:
         detail = (
             f"{spec.name} keeps no job store, which a resumable stream is kept in: push the chain with "
             "CHAINS_JOBS_STORE unset (the default store) or naming a store, not 'off'; or call without "
             f"{RESUMABLE_HEADER}"
         )
-        await send_json(send, 400, {"detail": detail})
-        return
+        await send_json(send, 400, {"detail": detail}, request.id_header)
+        return 400
     refusal = routes.refusal(headers)
     if refusal is not None:
-        await send_json(send, 401, {"detail": refusal})
-        return
-    body = await routes.read_request_body(headers, receive, send)
+        await send_json(send, 401, {"detail": refusal}, request.id_header)
+        return 401
+    if not ready:
+        return await Refusal(503, "not ready yet", RETRY_SOON).answer(send, request.id_header)
+    body = await routes.read_request_body(headers, request.receive, send)
     if body is None:
-        return
+        return answer.status  # 413, or 499: the caller left
     try:
         arguments = json.loads(body or b"{}")
         if not isinstance(arguments, dict):
             raise ValueError("the body must be a JSON object of run_remote's arguments by name")
         model_input = await routes.checked_input(arguments, send)  # NaN: a ValueError too
     except ValueError as exc:
-        await send_json(send, 400, {"detail": f"the body is not run_remote's arguments: {exc}"})
-        return
+        detail = f"the body is not run_remote's arguments: {exc}"
+        await send_json(send, 400, {"detail": detail}, request.id_header)
+        return 400
     if model_input is None:
-        return
+        return answer.status  # 422
     try:
-        job, _ = await routes.start_stream(model_input, CallContext.from_headers(headers).deadline)
+        job, _ = await routes.start_stream(model_input, request.call.deadline)
     except JobRefused as exc:  # the store's bounds, as for an async call
         retry = [(b"retry-after", b"5")] if exc.status == 503 else []
-        await send_json(send, exc.status, {"detail": exc.message}, retry)
-        return
+        await send_json(send, exc.status, {"detail": exc.message}, [*retry, *request.id_header])
+        return exc.status
+    if tracing is not None:
+        tracing.mark_run(job.id)
     location = f"{ASYNC_REQUEST}/{job.id}/events".encode()
-    extra = [(RUN_ID_HEADER.encode(), job.id.encode()), (b"content-location", location)]
-    await routes.send_stream(job, 0, receive, send, extra)
+    extra = [(RUN_ID_HEADER.encode(), job.id.encode()), (b"content-location", location), *request.id_header]
+    await routes.send_stream(job, 0, request.receive, send, extra, request.stream)
+    return answer.status

@@ -76,6 +76,9 @@ BATCH_WAIT_MS = "chains.batch.wait_ms"
 # On a batched call's span: the request id of the batch that served it, whose trace it is (the
 # local store keeps no links, so a reader of the store follows this to the batch's trace).
 BATCH_REQUEST_ID = "chains.batch.request_id"
+# On a resumable call's span: the id of the run (a streaming job) it started, whose own calls
+# are the span's children, and whose events are read again at /async_request/{id}/events.
+RUN_ID = "chains.run_id"
 
 # The root of a trace decides whether the local store keeps it whole, and tells every hop in
 # the trace's W3C tracestate (``chains=store`` or ``chains=skip``), so that a trace is never
@@ -336,6 +339,11 @@ class Tracing:
                 caller.set_attribute(BATCH_SIZE, len(callers))
                 caller.set_attribute(BATCH_REQUEST_ID, call.request_id)
         return BatchSpan(span, call)
+
+    @staticmethod
+    def mark_run(run_id: str) -> None:
+        """Name, on the span of the call being served, the resumable run it started."""
+        trace.get_current_span().set_attribute(RUN_ID, run_id)
 
     def record_error(self, exc: BaseException) -> None:
         """Record ``exc`` on the span of the call being served: status ERROR and an exception event."""

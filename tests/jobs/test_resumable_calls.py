@@ -1,21 +1,89 @@
-"""A resumable ``POST /run_remote`` served as a call: its caller's deadline (real chainlet
+"""A resumable ``POST /run_remote`` served as a call: its request-log line and metrics, its
+trace span with the run's own calls under it, and its caller's deadline (real chainlet
 processes, real HTTP)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from chains.deploy import ChainHandle
 from chains.streaming.sse import SSEDecoder
+from tests.helpers import Cli, wait_until
 
 RESUMABLE = {"X-Chains-Resumable": "1"}
+REQUEST_ID = "5eed" * 8
+
+LINE = re.compile(r" chains\.requests: (\w+) (\d{3}) [\d.]+ms(?: (\d+) items(, then failed)?)?$")
+
+
+def _metric(url: str, name: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def _request_lines(cli: Cli, chain: str, chainlet: str) -> list[tuple[str, str | None, bool]]:
+    """The request-log lines of ``chainlet``: (status, items, failed)."""
+    logs = cli.run("logs", chain, chainlet, "--lines", "500").stdout
+    found = [LINE.search(line) for line in logs.splitlines()]
+    return [(m.group(2), m.group(3), m.group(4) is not None) for m in found if m and m.group(1) == chainlet]
 
 
 def _items(content: bytes) -> list[str]:
     return [e.data for e in SSEDecoder().feed(content) if e.event is None and e.data]
+
+
+def test_a_resumable_call_is_logged_metered_and_traced_with_its_runs_calls_under_it(
+    streaming: ChainHandle, chains_home: Path, tmp_path: Path
+) -> None:
+    url = streaming.entrypoint_url
+    body = {"count": 3, "log": str(tmp_path / "runs")}
+    # A deadline far off changes nothing but that the run is bounded by it.
+    headers = {**RESUMABLE, "x-chains-request-id": REQUEST_ID, "x-chains-timeout": "60"}
+    answer = httpx.post(url + "/run_remote", json=body, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert _items(answer.content) == ["t0", "t1", "t2"]
+    assert answer.headers["x-chains-request-id"] == REQUEST_ID
+    run_id = answer.headers["x-chains-run-id"]
+    bad = httpx.post(url + "/run_remote", json=body, headers={"X-Chains-Resumable": "yes"}, timeout=30)
+    assert bad.status_code == 400
+
+    entry = 'chainlet="StreamEntry"'
+    assert _metric(url, f'chains_calls_total{{{entry},status="200"}}') == 1
+    assert _metric(url, f'chains_calls_total{{{entry},status="400"}}') == 1
+    assert _metric(url, f"chains_in_flight{{{entry}}}") == 0
+    assert _metric(url, f"chains_call_duration_seconds_count{{{entry}}}") == 2
+
+    cli = Cli(chains_home)
+    wait_until(
+        lambda: len(_request_lines(cli, "streaming-jobs", "StreamEntry")) == 2, 20, "two request-log lines"
+    )
+    assert _request_lines(cli, "streaming-jobs", "StreamEntry") == [("200", "3", False), ("400", None, False)]
+
+    # The trace named by the request id: the POST's span, and the run's call to Tokens under it.
+    def spans() -> list[dict[str, Any]]:
+        shown = cli.run("trace", "streaming-jobs", REQUEST_ID, "--json", check=False)
+        found: list[dict[str, Any]] = json.loads(shown.stdout) if shown.returncode == 0 else []
+        return found
+
+    wait_until(lambda: len(spans()) >= 3, 20, "three spans stored")
+    stored = spans()
+    assert {s["trace_id"] for s in stored} == {REQUEST_ID}
+    (post,) = [s for s in stored if s["name"] == "StreamEntry.run_remote"]
+    assert post["parent_id"] == "" and post["kind"] == "server"
+    assert post["attributes"]["chains.run_id"] == run_id
+    assert post["attributes"]["http.response.status_code"] == 200
+    (call,) = [s for s in stored if s["name"] == "call Tokens"]
+    assert call["parent_id"] == post["span_id"]
+    (tokens,) = [s for s in stored if s["name"] == "Tokens.run_remote"]
+    assert tokens["parent_id"] == call["span_id"]
+    assert tokens["attributes"]["chains.stream.items"] == 3
 
 
 def test_a_resumable_run_ends_at_its_callers_deadline_with_deadline_exceeded(
