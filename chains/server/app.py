@@ -365,6 +365,8 @@ class ChainletApp:
             request,
             self.spec,
             self._jobs,
+            capacity=self._capacity,
+            metrics=self.metrics,
             tracing=self._tracing,
             ready=self.instance is not None,
         )

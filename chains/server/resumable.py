@@ -8,8 +8,9 @@ not cancel the run: the caller (or an ``EventSource``, by itself) reads the rest
 ``GET /async_request/{id}/events`` with ``Last-Event-ID``, live or until the job's retention
 runs out. A call without the header never comes here, so plain streams pay nothing.
 
-It is served as a call otherwise: logged, metered and traced as one, and run within its
-caller's deadline and trace.
+It is served as a call otherwise: it takes a concurrency slot (or waits for one, or is refused
+with 503), counts in flight, and runs within its caller's deadline and trace; the slot and the
+in-flight count are the run's, kept until it ends, however long its first connection lasts.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import json
 from typing import TYPE_CHECKING
 
 from chains.jobs.store import JobRefused
+from chains.metrics import Metrics
 from chains.model import ChainletSpec
 from chains.server.asgi import Message, Send, send_json
+from chains.server.capacity import Capacity
 from chains.server.refusal import RETRY_SOON, Refusal
 from chains.server.request import Request
 from chains.wire import ASYNC_REQUEST, RESUMABLE_HEADER, RUN_ID_HEADER
@@ -51,6 +54,8 @@ async def serve_resumable(
     spec: ChainletSpec,
     routes: JobRoutes | None,
     *,
+    capacity: Capacity,
+    metrics: Metrics,
     tracing: Tracing | None,
     ready: bool,
 ) -> int:
@@ -102,11 +107,30 @@ async def serve_resumable(
     if model_input is None:
         return answer.status  # 422
     try:
-        job, _ = await routes.start_stream(model_input, request.call.deadline)
+        # Taken before the job is stored: a call refused as over capacity leaves nothing behind.
+        await capacity.enter()
+    except Refusal as full:
+        return await full.answer(send, request.id_header)
+    metrics.in_flight += 1
+
+    def release(_: object = None) -> None:
+        metrics.in_flight -= 1
+        capacity.leave()
+
+    try:
+        job, task = await routes.start_stream(model_input, request.call.deadline)
     except JobRefused as exc:  # the store's bounds, as for an async call
+        release()
         retry = [(b"retry-after", b"5")] if exc.status == 503 else []
         await send_json(send, exc.status, {"detail": exc.message}, [*retry, *request.id_header])
         return exc.status
+    except BaseException:
+        release()
+        raise
+    if task is None:
+        release()  # left to the workers (the server is stopping): not run here
+    else:
+        task.add_done_callback(release)  # the run's, not the connection's: it outlives a cut
     if tracing is not None:
         tracing.mark_run(job.id)
     location = f"{ASYNC_REQUEST}/{job.id}/events".encode()

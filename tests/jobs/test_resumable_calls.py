@@ -1,20 +1,25 @@
 """A resumable ``POST /run_remote`` served as a call: its request-log line and metrics, its
-trace span with the run's own calls under it, and its caller's deadline (real chainlet
-processes, real HTTP)."""
+trace span with the run's own calls under it, its caller's deadline, and the concurrency slot
+its run holds until it ends (real chainlet processes, real HTTP)."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from chains.deploy import ChainHandle
+from chains.deploy import ChainHandle, stop_chain
 from chains.streaming.sse import SSEDecoder
 from tests.helpers import Cli, wait_until
+from tests.jobs.conftest import push
 
+ONE_SLOT_CHAIN = Path(__file__).parent / "one_slot_chain.py"
 RESUMABLE = {"X-Chains-Resumable": "1"}
 REQUEST_ID = "5eed" * 8
 
@@ -102,3 +107,59 @@ def test_a_resumable_run_ends_at_its_callers_deadline_with_deadline_exceeded(
         run = http.get(f"/async_request/{answer.headers['x-chains-run-id']}").json()
     assert run["status"] == "FAILED"
     assert [error["code"] for error in run["errors"]] == ["DeadlineExceeded"]
+
+
+@pytest.fixture
+def one_slot(chains_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ChainHandle]:
+    """OneSlot pushed with one slot and room for one call to wait for it."""
+    monkeypatch.setenv("CHAINS_MAX_QUEUE", "1")
+    handle = push("one-slot", file=ONE_SLOT_CHAIN, entrypoint="OneSlot")
+    try:
+        yield handle
+    finally:
+        stop_chain("one-slot", grace=5)
+
+
+def test_a_resumable_run_holds_its_slot_after_its_connection_until_it_ends(
+    one_slot: ChainHandle, chains_home: Path
+) -> None:
+    url = one_slot.entrypoint_url
+    in_flight = 'chains_in_flight{chainlet="OneSlot"}'
+    with httpx.Client(base_url=url, timeout=30) as http:
+        # A run that streams one token, then waits until it is cancelled; its connection is closed.
+        paused = {"count": 2, "pause_after": 0, "pause": 600}
+        with http.stream("POST", "/run_remote", json=paused, headers=RESUMABLE) as first:
+            assert first.status_code == 200
+            run_id = first.headers["x-chains-run-id"]
+            for line in first.iter_lines():
+                if line == "data: t0":
+                    break
+        assert _metric(url, in_flight) == 1  # the run, though its caller has gone
+
+        # A plain call and a resumable one: one waits for the slot the run holds, the queue is
+        # then full, and the other is refused at once.
+        def call(headers: dict[str, str]) -> httpx.Response:
+            return httpx.post(url + "/run_remote", json={"count": 1}, headers=headers, timeout=60)
+
+        with ThreadPoolExecutor(2) as pool:
+            calls = [pool.submit(call, {}), pool.submit(call, RESUMABLE)]
+            done, waiting = wait(calls, timeout=30, return_when=FIRST_COMPLETED)
+            assert len(done) == 1 and len(waiting) == 1, "one call refused, one waiting for the slot"
+            refused = done.pop().result()
+            assert refused.status_code == 503
+            assert refused.headers["retry-after"] == "1"
+            assert "over capacity" in refused.json()["detail"]
+            assert _metric(url, in_flight) == 1
+
+            cancel = http.delete(f"/async_request/{run_id}")
+            assert cancel.status_code == 200 and cancel.json()["canceled"]
+            served = waiting.pop().result(timeout=30)  # the run's end gave its slot to the waiting call
+            assert served.status_code == 200
+            assert "t0" in served.text
+    wait_until(lambda: _metric(url, in_flight) == 0, 10, "nothing in flight")
+    # The cut call's line is its connection's: 200 and the one item it carried, though its run
+    # went on; the refusal's is 503; the call let in once the run ended streamed its one item.
+    cli = Cli(chains_home)
+    wait_until(lambda: len(_request_lines(cli, "one-slot", "OneSlot")) == 3, 20, "three request-log lines")
+    lines = _request_lines(cli, "one-slot", "OneSlot")
+    assert sorted(lines, key=str) == sorted([("200", "1", False)] * 2 + [("503", None, False)], key=str)
