@@ -30,7 +30,10 @@ that outlives the request) and returns its handle, :class:`~chains.client_jobs.J
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
@@ -40,7 +43,14 @@ import httpx
 import pydantic
 import pydantic_core
 
-from chains.call_policy import answer_error
+from chains.call_policy import (
+    RECONNECT_TRIES,
+    answer_error,
+    read_on_headers,
+    read_on_refused,
+    reconnect_delay,
+    stop_headers,
+)
 from chains.client_http import Answer, AsyncHTTP, Unreachable, async_http
 from chains.client_jobs import AsyncJob, Job, JobInfo, JobOptions, JobStatus
 from chains.client_resumable import item_decoder, items, items_async
@@ -64,15 +74,18 @@ from chains.streaming.reader import (
     stream_reader,
 )
 from chains.streaming.shape import StreamShape
+from chains.streaming.transport import connection_broke
 from chains.streaming.types import StreamTypes
 from chains.wire import (
     ASYNC_RUN_REMOTE,
     FRAMED_MEDIA_TYPE,
     JSON_MEDIA_TYPE,
+    RECONNECT_HEADER,
     RESUMABLE_HEADER,
     RUN_ID_HEADER,
     RUN_REMOTE,
     SSE_MEDIA_TYPE,
+    STREAM_ID_HEADER,
     wire_adapter,
 )
 
@@ -97,6 +110,7 @@ ItemT = TypeVar("ItemT")
 HeaderT = TypeVar("HeaderT")
 FooterT = TypeVar("FooterT")
 _HttpT = TypeVar("_HttpT", httpx.Client, AsyncHTTP)
+_STOP_SEC = 5.0  # how long telling the entrypoint that a reader stopped may take
 
 
 class _BaseClient(Generic[_HttpT]):
@@ -347,6 +361,17 @@ class Client(_BaseClient[httpx.Client]):
             "POST", self._run_url, content=self._body(arguments), headers=self._headers_for(accept)
         )
 
+    def _read_on(self, stream_id: str, offset: int) -> httpx.Response:
+        """The rest of stream ``stream_id`` from byte ``offset`` (its answer, not checked yet)."""
+        headers = read_on_headers(self._headers, stream_id, offset)
+        request = self._http.build_request("POST", self._run_url, headers=headers)
+        return self._http.send(request, stream=True)
+
+    def _stop(self, stream_id: str) -> None:
+        """Tell the entrypoint that this stream's reader stopped on purpose (best effort)."""
+        with contextlib.suppress(httpx.HTTPError):
+            self._http.post(self._run_url, headers=stop_headers(self._headers, stream_id), timeout=_STOP_SEC)
+
     @overload
     def call(self, output_type: type[T], /, **arguments: Any) -> T: ...
     @overload
@@ -371,8 +396,10 @@ class Client(_BaseClient[httpx.Client]):
         The request is sent at once: a refusal or an error before the stream starts is raised
         here, and anything after it while reading.
         """
+        request = self._request(FRAMED_MEDIA_TYPE, arguments)
+        request.headers[RECONNECT_HEADER] = "1"
         with self._sending():
-            response = self._http.send(self._request(FRAMED_MEDIA_TYPE, arguments), stream=True)
+            response = self._http.send(request, stream=True)
         try:
             status = response.status_code
             self._check_stream(status, response.headers, response.read() if status != 200 else b"")
@@ -507,9 +534,8 @@ class AsyncClient(_BaseClient[AsyncHTTP]):
         the reader ``chains.stream_reader`` makes (``read_header``, ``read_items``,
         ``read_footer``), for anything else an async generator of the items."""
         with self._sending():
-            answer = await self._http.post(
-                self._run_url, self._body(arguments), self._headers_for(FRAMED_MEDIA_TYPE), stream=True
-            )
+            headers = {**self._headers_for(FRAMED_MEDIA_TYPE), RECONNECT_HEADER: "1"}
+            answer = await self._http.post(self._run_url, self._body(arguments), headers, stream=True)
             try:
                 self._check_stream(
                     answer.status, answer.headers, await answer.read() if answer.status != 200 else b""
@@ -571,6 +597,19 @@ class AsyncClient(_BaseClient[AsyncHTTP]):
         """The handle of a job submitted earlier, from its id; see :meth:`Client.job`."""
         return AsyncJob(self, job_id, output_type)
 
+    async def _read_on(self, stream_id: str, offset: int) -> Answer:
+        """See :meth:`Client._read_on`."""
+        headers = read_on_headers(self._headers, stream_id, offset)
+        return await self._http.post(self._run_url, b"", headers, stream=True)
+
+    async def _stop(self, stream_id: str) -> None:
+        """See :meth:`Client._stop`."""
+        with contextlib.suppress(Unreachable, TimeoutError):
+            async with asyncio.timeout(_STOP_SEC):
+                await self._http.post(
+                    self._run_url, b"", stop_headers(self._headers, stream_id), stream=False
+                )
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
@@ -584,45 +623,126 @@ class AsyncClient(_BaseClient[AsyncHTTP]):
 
 
 class _Body:
-    """The chunks of a streamed response; a timeout while waiting for one is the deadline's."""
+    """The chunks of a streamed response; a timeout while waiting for one is the deadline's.
 
-    def __init__(self, response: httpx.Response, client: _BaseClient[Any]) -> None:
+    A connection that breaks is read on from the byte it stopped at, while the entrypoint keeps
+    the run (docs/wire-protocol.md, "Cut connections"); a reader that leaves before the end says so,
+    and the entrypoint stops the run at once instead of waiting for it to come back.
+    """
+
+    def __init__(self, response: httpx.Response, client: Client) -> None:
         self._response = response
         self._chunks = response.iter_bytes()
         self._client = client
+        self._stream_id = response.headers.get(STREAM_ID_HEADER)
+        self._offset = 0
+        self._tries = 0  # tries to read on in a row, with no byte between them
+        self._ended = False
 
     def __iter__(self) -> _Body:
         return self
 
     def __next__(self) -> bytes:
-        try:
-            return next(self._chunks)
-        except httpx.TimeoutException as exc:
-            raise self._client._late() from exc
+        while True:
+            try:
+                chunk = next(self._chunks)
+            except StopIteration:
+                self._ended = True
+                raise
+            except httpx.TimeoutException as exc:
+                raise self._client._late() from exc
+            except Exception as exc:
+                if self._stream_id is None or not connection_broke(exc):
+                    raise
+                self._read_on(self._stream_id, exc)
+                continue
+            self._offset += len(chunk)
+            self._tries = 0
+            return chunk
+
+    def _read_on(self, stream_id: str, cut: Exception) -> None:
+        self._response.close()
+        while self._tries < RECONNECT_TRIES:
+            time.sleep(reconnect_delay(self._tries))
+            self._tries += 1
+            try:
+                response = self._client._read_on(stream_id, self._offset)
+            except httpx.TransportError as exc:
+                cut = exc
+                continue
+            if response.status_code == 200:
+                self._response, self._chunks = response, response.iter_bytes()
+                return
+            body = response.read()
+            response.close()
+            self._ended = True  # nothing left to stop
+            raise read_on_refused(self._client._name, self._offset, cut, response.status_code, body) from cut
+        raise cut  # the frame reader reports it as a stream that broke off
 
     def close(self) -> None:
         self._response.close()
+        if not self._ended and self._stream_id is not None:
+            self._ended = True
+            self._client._stop(self._stream_id)
 
 
 class _AsyncBody:
     """:class:`_Body` for :class:`AsyncClient`; ``aclose`` (the reader's) releases the connection."""
 
-    def __init__(self, answer: Answer, client: _BaseClient[Any]) -> None:
+    def __init__(self, answer: Answer, client: AsyncClient) -> None:
         self._answer = answer
         self._chunks = answer.chunks()
         self._client = client
+        self._stream_id = answer.headers.get(STREAM_ID_HEADER)
+        self._offset = 0
+        self._tries = 0  # tries to read on in a row, with no byte between them
+        self._ended = False
 
     def __aiter__(self) -> _AsyncBody:
         return self
 
     async def __anext__(self) -> bytes:
-        try:
-            return await anext(self._chunks)
-        except TimeoutError as exc:
-            raise self._client._late() from exc
+        while True:
+            try:
+                chunk = await anext(self._chunks)
+            except StopAsyncIteration:
+                self._ended = True
+                raise
+            except TimeoutError as exc:
+                raise self._client._late() from exc
+            except Exception as exc:
+                if self._stream_id is None or not connection_broke(exc):
+                    raise
+                await self._read_on(self._stream_id, exc)
+                continue
+            self._offset += len(chunk)
+            self._tries = 0
+            return chunk
+
+    async def _read_on(self, stream_id: str, cut: Exception) -> None:
+        await self._answer.aclose()
+        while self._tries < RECONNECT_TRIES:
+            await asyncio.sleep(reconnect_delay(self._tries))
+            self._tries += 1
+            try:
+                answer = await self._client._read_on(stream_id, self._offset)
+            except Unreachable as exc:
+                cut = exc
+                continue
+            if answer.status == 200:
+                self._answer, self._chunks = answer, answer.chunks()
+                return
+            body = await answer.read()
+            await answer.aclose()
+            self._ended = True
+            raise read_on_refused(self._client._name, self._offset, cut, answer.status, body) from cut
+        raise cut
 
     async def aclose(self) -> None:
         await self._answer.aclose()
+        if not self._ended and self._stream_id is not None:
+            self._ended = True
+            await self._client._stop(self._stream_id)
 
 
 async def _items(reader: FrameReader) -> AsyncGenerator[Any, None]:

@@ -31,12 +31,16 @@ __all__ = [
     "METRICS",
     "NDJSON_MEDIA_TYPE",
     "READYZ",
+    "RECONNECT_HEADER",
     "REQUEST_ID_HEADER",
     "RESUMABLE_HEADER",
     "RUN_ID_HEADER",
     "RUN_REMOTE",
     "SSE_MEDIA_TYPE",
+    "STREAM_CANCEL_HEADER",
+    "STREAM_ID_HEADER",
     "STREAM_KIND_HEADER",
+    "STREAM_OFFSET_HEADER",
     "TEXT_MEDIA_TYPE",
     "WIRE_CONFIG",
     "debug_proof",
@@ -55,6 +59,13 @@ ASYNC_REQUEST: Final = "/async_request"
 # answered with the run's id, whose events are read again at /async_request/{id}/events.
 RESUMABLE_HEADER: Final = "x-chains-resumable"
 RUN_ID_HEADER: Final = "x-chains-run-id"
+# A stream that outlives a cut connection, in the server's memory (chains/server/reconnect.py):
+# asked for with ``X-Chains-Reconnect: 1``, named in the answer's ``X-Chains-Stream-Id``, read
+# on from a byte offset, or stopped on purpose.
+RECONNECT_HEADER: Final = "x-chains-reconnect"
+STREAM_ID_HEADER: Final = "x-chains-stream-id"
+STREAM_OFFSET_HEADER: Final = "x-chains-stream-offset"
+STREAM_CANCEL_HEADER: Final = "x-chains-stream-cancel"
 
 # The headers of a call: its request id and the time it has left, carried to every hop (see
 # chains/call_context.py), and the kind of stream an endpoint answers with.

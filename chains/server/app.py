@@ -58,6 +58,7 @@ from chains.server.deadline import END, BodyReads, loop_time, passed, until_dead
 from chains.server.disconnect import DisconnectWatch
 from chains.server.error_response import send_error
 from chains.server.negotiation import negotiate
+from chains.server.reconnect import Replays
 from chains.server.refusal import RETRY_SOON, Refusal
 from chains.server.request import Request, StreamCount
 from chains.server.request_log import RequestLog
@@ -66,7 +67,15 @@ from chains.server.settings import ServerSettings
 from chains.server.streaming_response import StreamAborted, send_stream
 from chains.server.websocket import Conversations, serve_websocket
 from chains.streaming import shape_of
-from chains.wire import DEBUG_HEADER, JSON_MEDIA_TYPE, RESUMABLE_HEADER, RUN_REMOTE, debug_proof
+from chains.wire import (
+    DEBUG_HEADER,
+    JSON_MEDIA_TYPE,
+    RECONNECT_HEADER,
+    RESUMABLE_HEADER,
+    RUN_REMOTE,
+    STREAM_ID_HEADER,
+    debug_proof,
+)
 
 if TYPE_CHECKING:
     from chains.server.jobs import JobRoutes
@@ -127,6 +136,8 @@ class ChainletApp:
         if settings.is_entrypoint:
             self._browser = BrowserRoutes(spec, settings.chain, settings.cors, settings.api_key, self.metrics)
         self.conversations = Conversations()
+        # Streams that outlive a cut connection (chains/server/reconnect.py); None: turned off.
+        self._replays = Replays(settings.reconnect) if settings.reconnect.enabled else None
         self._jobs = self._job_routes() if settings.jobs is not None and settings.is_entrypoint else None
         routes = routes_of(spec.cls)  # @chains.route endpoints, served by chains/server/routes.py
         self._routes = RouteServer(self, routes) if routes else None
@@ -314,6 +325,9 @@ class ChainletApp:
         if RESUMABLE_HEADER in headers:  # one look-up a call: plain streams pay nothing more
             await self._run_resumable(started, headers, receive, send)
             return
+        if STREAM_ID_HEADER in headers:  # a reader back for the rest of a stream
+            await self._serve_replay(headers, receive, send)
+            return
         call = CallContext.from_headers(headers)
         stream = StreamCount() if self.spec.endpoint.is_stream else None
         request = Request(started, headers, call, receive, send, stream)
@@ -393,7 +407,7 @@ class ChainletApp:
         try:
             with serving_call(request.call), DisconnectWatch(request) as watch:
                 if self.spec.endpoint.is_stream:
-                    return await self._stream(request, arguments)
+                    return await self._stream(request, arguments, watch)
                 return await self._unary(request, arguments)
             return watch.status
         finally:
@@ -506,7 +520,17 @@ class ChainletApp:
             tracing=self._tracing,
         )
 
-    async def _stream(self, request: Request, arguments: dict[str, Any]) -> int:
+    async def _serve_replay(self, headers: dict[str, str], receive: Receive, send: Send) -> None:
+        refusal = self._credentials.refusal(headers)
+        if refusal is not None:
+            await send_json(send, 401, {"detail": refusal})
+        elif self._replays is None:
+            detail = "this chainlet keeps no streams to come back to (CHAINS_STREAM_RECONNECT_SEC=0)"
+            await send_json(send, 404, {"detail": detail})
+        else:
+            await self._replays.serve(headers, receive, send)
+
+    async def _stream(self, request: Request, arguments: dict[str, Any], watch: DisconnectWatch) -> int:
         call = request.call
         shape = shape_of(self.spec.endpoint)
         media_type, encoder = negotiate(request.headers.get("accept"), shape)
@@ -535,7 +559,8 @@ class ChainletApp:
                     call.request_id,
                 )
                 return await self._fail(request, 500, exc)
-            await send_stream(
+            answer = functools.partial(
+                send_stream,
                 request,
                 media_type,
                 encoder,
@@ -546,4 +571,35 @@ class ChainletApp:
                 tracing=self._tracing,
                 metrics=self.metrics,
             )
+            replays = self._replays
+            if replays is not None and RECONNECT_HEADER in request.headers:
+                await self._send_reconnectable(replays, request, watch, answer)
+            else:
+                await answer()
         return 200
+
+    async def _send_reconnectable(
+        self,
+        replays: Replays,
+        request: Request,
+        watch: DisconnectWatch,
+        answer: Callable[[], Awaitable[None]],
+    ) -> None:
+        """``answer`` as a stream its reader may come back to (chains/server/reconnect.py): the
+        producer writes to the run, and the connection is sent what the run has."""
+        run = replays.open(watch.leave)
+        watch.on_leave = run.first_left
+        request.send = run.opened_on(request.send)
+        try:
+            try:
+                await answer()
+            except StreamAborted:
+                run.abort()
+                await run.first_reader_done()  # what came before the failure goes out first
+                raise
+            if not await run.first_reader_done():
+                # The first connection left or was replaced by a returning reader: cut it.
+                raise StreamAborted("a reconnectable stream's first connection was let go")
+        finally:
+            run.abort()  # ends the first connection's reader if the producer stopped short
+            replays.closed(run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from types import TracebackType
 
 from chains.server.request import Request
@@ -24,13 +25,16 @@ class DisconnectWatch:
     >>> return watch.status  # reached only when the client left
     """
 
-    __slots__ = ("_request", "_starting", "_task", "_watcher", "gone", "status")
+    __slots__ = ("_request", "_starting", "_task", "_watcher", "gone", "on_leave", "status")
 
     def __init__(self, request: Request) -> None:
         self._request = request
         self._watcher: asyncio.Task[None] | None = None
         self.gone = False
         self.status = 499
+        # Asked first when the client goes: True keeps the work going (a stream whose reader
+        # may come back, chains/server/reconnect.py), which :meth:`leave` ends later.
+        self.on_leave: Callable[[], bool] | None = None
 
     def __enter__(self) -> DisconnectWatch:
         # The loop is asked for once: each asyncio.get_running_loop() is a getpid() system
@@ -50,6 +54,12 @@ class DisconnectWatch:
         receive = self._request.receive
         while (await receive())["type"] != "http.disconnect":
             pass
+        if self.on_leave is not None and self.on_leave():
+            return
+        self.leave()
+
+    def leave(self) -> None:
+        """End the call as one whose client has left."""
         self.gone = True
         self._task.cancel()
 

@@ -18,6 +18,7 @@ from chains.errors import ChainsUsageError
 from chains.jobs.settings import JobSettings
 from chains.server.cors import CorsPolicy
 from chains.server.door import DoorLimits
+from chains.server.reconnect import ReconnectSettings
 from chains.tls import TlsSettings
 from chains.wire import DEFAULT_MAX_FRAME_BYTES, RUN_REMOTE
 
@@ -168,6 +169,8 @@ class ServerSettings:
     tls: TlsSettings = field(default_factory=TlsSettings)
     # The entrypoint's async calls (docs/jobs.md); None: no async routes.
     jobs: JobSettings | None = None
+    # Streams a reader may come back to after a cut (chains/server/reconnect.py).
+    reconnect: ReconnectSettings = field(default_factory=ReconnectSettings)
 
     @property
     def shows_tracebacks(self) -> bool:
@@ -228,6 +231,7 @@ class ServerSettings:
             request_log=_switch(env, "CHAINS_REQUEST_LOG", default=True),
             tls=TlsSettings.from_env(env),
             jobs=JobSettings.from_env(env) if env.get("CHAINS_IS_ENTRYPOINT", "") in ("1", "true") else None,
+            reconnect=ReconnectSettings.from_env(env),
         )
 
 

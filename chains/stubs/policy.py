@@ -20,6 +20,7 @@ machinery, about 70 µs a call, on the first attempt.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import ssl
@@ -32,10 +33,15 @@ import pydantic
 from chains import tracing
 from chains.call_context import CallContext, current_call, new_request_id
 from chains.call_policy import (
+    RECONNECT_TRIES,
     RETRY_STATUSES,
     answer_error,
     check_wait,
+    read_on_headers,
+    read_on_refused,
+    reconnect_delay,
     retry_after_seconds,
+    stop_headers,
     wait_before_retry,
 )
 from chains.errors import (
@@ -50,7 +56,7 @@ from chains.metrics import DependencyCall, Metrics
 from chains.rpc_options import StubOptions
 from chains.stubs.aiohttp_transport import AiohttpTransport
 from chains.stubs.transport import AsyncTransport, ByteStream, Response, SyncTransport, TransportError
-from chains.wire import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE
+from chains.wire import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE, RECONNECT_HEADER, STREAM_ID_HEADER
 
 if TYPE_CHECKING:
     from chains.tracing.spans import ClientAttempt
@@ -81,6 +87,18 @@ class _Retryable(Exception):
         self.connection = connection
         self.status = status
         self.remote = remote  # a callee's own exception, retried on request: raised as itself at the end
+
+
+class _OpenStream:
+    """A stream as it is being read: its body now, where it came from and the run it belongs to."""
+
+    __slots__ = ("body", "call", "stream_id", "url")
+
+    def __init__(self, body: ByteStream, url: str, stream_id: str | None, call: CallContext) -> None:
+        self.body = body
+        self.url = url
+        self.stream_id = stream_id  # None: the callee keeps no run to read on from
+        self.call = call
 
 
 class CallPolicy:
@@ -118,6 +136,7 @@ class CallPolicy:
         self.transport: AsyncTransport = transport or AiohttpTransport(ssl_context)
         self._sync_transport = sync_transport
         self._content_type = BINARY_MEDIA_TYPE if options.use_binary else JSON_MEDIA_TYPE
+        self._stopping: set[asyncio.Task[None]] = set()  # stopped streams being told so
 
     async def aclose(self) -> None:
         """Close pooled connections (a server does this at shutdown)."""
@@ -180,14 +199,17 @@ class CallPolicy:
     async def stream(self, path: str, body: bytes, accept: str, decode: DecodeStream) -> AsyncIterator[Any]:
         """POST ``body`` and yield what ``decode`` makes of the chunks as they arrive.
 
-        Retried until the response starts; after that a broken connection raises
-        :class:`StreamInterrupted`. The call holds its concurrency slot until the stream ends.
+        Retried until the response starts. After that a broken connection is read on from the
+        byte it stopped at, from the same replica, while it keeps the run (docs/wire-protocol.md,
+        "Cut connections"); only then is it raised as :class:`StreamInterrupted`. A consumer
+        that stops early tells the callee, which stops its producer at once. The call holds its
+        concurrency slot until the stream ends.
         """
         call = self._call_context()
         with DependencyCall(self.metrics, self.name) as record:
             async with self._limit.slot():
                 opened: list[ClientAttempt] = []
-                stream: ByteStream = await self._with_retries(
+                stream: _OpenStream = await self._with_retries(
                     call,
                     self._open_stream,
                     path,
@@ -210,7 +232,9 @@ class CallPolicy:
                     error = exc
                     raise
                 finally:
-                    stream.close()
+                    stream.body.close()
+                    if not record.ok and not isinstance(error, (StreamInterrupted, RemoteError)):
+                        self._stop(stream)  # the consumer stopped early: its producer may stop now
                     if opened:
                         opened[-1].finish(items, received[0], error)
 
@@ -251,10 +275,11 @@ class CallPolicy:
 
     async def _open_stream(
         self, tried: list[str], path: str, body: bytes, accept: str, call: CallContext
-    ) -> ByteStream:
+    ) -> _OpenStream:
         timeout = self._attempt_timeout(call)
         url = self._next_url(tried)
         headers = self._headers(call, timeout, accept)
+        headers[RECONNECT_HEADER] = "1"
         try:
             response = await self.transport.send(url + path, body, headers, timeout, stream=True)
         except TimeoutError:
@@ -265,7 +290,7 @@ class CallPolicy:
             raise _Retryable(f"{self.name} at {url}: {exc}", connection=True) from exc
         _note_answer(response.status)
         if response.status == 200 and response.stream is not None:
-            return response.stream
+            return _OpenStream(response.stream, url + path, response.headers.get(STREAM_ID_HEADER), call)
         raise self._failure(response.status, response.body, response.headers, url)
 
     def _attempt_sync(
@@ -289,15 +314,79 @@ class CallPolicy:
             raise _Retryable(f"{self.name} at {url}: {exc}", connection=True) from exc
         return self._answer(response, url, decode)
 
-    async def _chunks(self, stream: ByteStream, received: list[int]) -> AsyncIterator[bytes]:
-        """The body as it arrives, counted in ``received[0]``; a connection that breaks is an
-        interrupted stream."""
+    async def _chunks(self, stream: _OpenStream, received: list[int]) -> AsyncIterator[bytes]:
+        """The body as it arrives, counted in ``received[0]``; a connection that breaks is read
+        on where it stopped, or is an interrupted stream once :data:`RECONNECT_TRIES` tries in a
+        row brought no byte."""
+        tries = 0
+        while True:
+            try:
+                async for chunk in stream.body.chunks():
+                    received[0] += len(chunk)
+                    tries = 0
+                    yield chunk
+                return
+            except TransportError as exc:
+                cut: BaseException = exc
+            stream.body.close()
+            if stream.stream_id is None:  # a callee that keeps no runs to come back to
+                raise StreamInterrupted(f"the stream from {self.name} broke off: {cut}") from cut
+            while True:
+                if tries >= RECONNECT_TRIES:
+                    raise StreamInterrupted(
+                        f"the stream from {self.name} broke off after {received[0]} bytes and could "
+                        f"not be read on within {RECONNECT_TRIES} tries: {cut}"
+                    ) from cut
+                await asyncio.sleep(reconnect_delay(tries))
+                tries += 1
+                try:
+                    stream.body = await self._read_on(stream, stream.stream_id, received[0], cut)
+                    break
+                except (TransportError, TimeoutError) as exc:
+                    cut = exc  # the replica is not answering (yet): try again
+
+    async def _read_on(
+        self, stream: _OpenStream, stream_id: str, offset: int, cut: BaseException
+    ) -> ByteStream:
+        """The rest of ``stream`` from byte ``offset``, asked of the replica that sent the rest
+        (the run lives in its memory); raises :class:`StreamInterrupted` when it is not there."""
+        remaining = stream.call.remaining()
+        timeout = self.options.timeout_sec if remaining is None else min(self.options.timeout_sec, remaining)
+        if timeout <= 0:
+            raise StreamInterrupted(
+                f"the stream from {self.name} broke off after {offset} bytes, with no time left to read "
+                f"on: {cut}"
+            ) from cut
+        headers = read_on_headers(self._plain_headers(), stream_id, offset)
+        response = await self.transport.send(stream.url, b"", headers, timeout, stream=True)
+        if response.status == 200 and response.stream is not None:
+            if self.metrics is not None:
+                self.metrics.dependency_retried(self.name)
+            return response.stream
+        raise read_on_refused(self.name, offset, cut, response.status, response.body) from cut
+
+    def _plain_headers(self) -> dict[str, str]:
+        headers = {"content-type": JSON_MEDIA_TYPE, "accept-encoding": "identity"}
+        if self.authorization:
+            headers["authorization"] = self.authorization
+        return headers
+
+    def _stop(self, stream: _OpenStream) -> None:
+        """Tell the callee that this stream's consumer stopped on purpose, without waiting: a
+        cut connection alone leaves its run waiting for the reader to come back."""
+        if stream.stream_id is None:
+            return
+        headers = stop_headers(self._plain_headers(), stream.stream_id)
         try:
-            async for chunk in stream.chunks():
-                received[0] += len(chunk)
-                yield chunk
-        except TransportError as exc:
-            raise StreamInterrupted(f"the stream from {self.name} broke off: {exc}") from exc
+            task = asyncio.get_running_loop().create_task(self._send_stop(stream.url, headers))
+        except RuntimeError:  # no loop left (the process is ending): the run's wait ends it
+            return
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    async def _send_stop(self, url: str, headers: dict[str, str]) -> None:
+        with contextlib.suppress(TransportError, TimeoutError):
+            await self.transport.send(url, b"", headers, 5.0)
 
     # -- outcomes ----------------------------------------------------------------------------
 

@@ -69,6 +69,7 @@ def read_sync(urls: dict[str, str], key: str) -> dict[str, Any]:
         try:
             for piece in client.stream(str, pause=5.0):
                 pieces.append(piece)
+            out["cut"] = [pieces, None]
         except StreamInterrupted as exc:
             out["cut"] = [pieces, str(exc)]
     return out
@@ -103,6 +104,7 @@ async def read_async(urls: dict[str, str], key: str) -> dict[str, Any]:
         try:
             async for piece in await client.stream(str, pause=5.0):
                 pieces.append(piece)
+            out["cut"] = [pieces, None]
         except StreamInterrupted as exc:
             out["cut"] = [pieces, str(exc)]
     return out

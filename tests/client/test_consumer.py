@@ -84,9 +84,11 @@ def _check_every_kind(read: dict[str, Any]) -> None:
         assert got["text"] == TEXT
         assert got["bytes"] == expected_bytes
         assert got["sse"] == [["tick", "line 0\nsecond line", "0"], ["tick", "line 1\nsecond line", "1"]]
-        pieces, message = got["cut"]
-        assert pieces == ["piece 0;", "piece 1;", "piece 2;"]
-        assert "after 3 items" in message and "incomplete" in message
+        # The proxy cut the stream in its pause, more than once: the client read it on each time,
+        # from where it stopped, and got the rest of the same run.
+        pieces, error = got["cut"]
+        assert error is None, error
+        assert pieces == ["piece 0;", "piece 1;", "piece 2;", "after the pause"]
 
 
 def test_a_wrong_api_key_is_refused_with_a_clear_error(consumer_venv: Venv, urls: dict[str, str]) -> None:
