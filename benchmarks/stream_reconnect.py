@@ -35,7 +35,9 @@ OFF = "not reconnectable"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
     parser.add_argument("--items", type=int, default=STREAM_ITEMS, help="items a stream (default 100,000)")
     parser.add_argument("--smoke", action="store_true", help="one short round: check, do not measure")

@@ -107,20 +107,24 @@ def _producer(generated: dict[str, Path], files: dict[str, str], **env: str) -> 
 def test_a_stub_reads_a_cut_stream_on_and_every_item_comes_once(
     generated: dict[str, Path], files: dict[str, str]
 ) -> None:
-    with running(_producer(generated, files)) as (producer,):
-        # The Relay's stub reaches the Producer through a proxy that cuts its first two
-        # connections mid-stream; the caller outside reads Relay plainly and sees none of it.
-        with CuttingProxy(producer.url, cuts=[1500, 3000]) as proxy:
-            relay = ServerProcess(
-                generated["Relay"], entrypoint=True, dependencies={"Producer": [proxy.url]}, env=files
-            )
-            with running(relay):
-                with httpx.stream(
-                    "POST", relay.url + "/run_remote", json={"n": 80, "delay": 0.005}, timeout=30
-                ) as response:
-                    assert response.status_code == 200
-                    items = [json.loads(line)["i"] for line in response.iter_lines() if line]
-            assert proxy.cut == 2
+    # The Relay's stub reaches the Producer through a proxy that cuts its first two
+    # connections mid-stream; the caller outside reads Relay plainly and sees none of it.
+    with (
+        running(_producer(generated, files)) as (producer,),
+        CuttingProxy(producer.url, cuts=[1500, 3000]) as proxy,
+    ):
+        relay = ServerProcess(
+            generated["Relay"], entrypoint=True, dependencies={"Producer": [proxy.url]}, env=files
+        )
+        with (
+            running(relay),
+            httpx.stream(
+                "POST", relay.url + "/run_remote", json={"n": 80, "delay": 0.005}, timeout=30
+            ) as response,
+        ):
+            assert response.status_code == 200
+            items = [json.loads(line)["i"] for line in response.iter_lines() if line]
+        assert proxy.cut == 2
     assert items == list(range(80))
     assert _runs(files) == ["Producer"]  # read on, not run again
 
@@ -134,19 +138,21 @@ def test_a_raw_text_stream_is_read_on_from_its_byte_offset(
                 yield chunk.decode()
 
     expected = "".join(f"line {i}\n" for i in range(300))
-    with running(ServerProcess(generated["Text"], env=files)) as (text,):
-        # Cut inside lines, not between them: an offset in bytes resumes anywhere.
-        with CuttingProxy(text.url, cuts=[777, 1601]) as proxy:
+    # Cut inside lines, not between them: an offset in bytes resumes anywhere.
+    with (
+        running(ServerProcess(generated["Text"], env=files)) as (text,),
+        CuttingProxy(text.url, cuts=[777, 1601]) as proxy,
+    ):
 
-            async def read() -> str:
-                stub = TextStub(proxy.url, token=TOKEN)
-                try:
-                    return "".join([chunk async for chunk in stub.run_remote(300, 0.001)])
-                finally:
-                    await stub.aclose()
+        async def read() -> str:
+            stub = TextStub(proxy.url, token=TOKEN)
+            try:
+                return "".join([chunk async for chunk in stub.run_remote(300, 0.001)])
+            finally:
+                await stub.aclose()
 
-            assert asyncio.run(read()) == expected
-            assert proxy.cut == 2
+        assert asyncio.run(read()) == expected
+        assert proxy.cut == 2
     assert _runs(files) == ["Text"]
 
 
