@@ -322,21 +322,28 @@ class ChainletApp:
     async def _run_remote(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         headers = header_map(scope)
+        serve: Callable[[Request], Awaitable[int]] = self._serve_call
+        stream = StreamCount() if self.spec.endpoint.is_stream else None
         if RESUMABLE_HEADER in headers:  # one look-up a call: plain streams pay nothing more
-            await self._run_resumable(started, headers, receive, send)
-            return
-        if STREAM_ID_HEADER in headers:  # a reader back for the rest of a stream
+            # Logged, metered and traced as any call: its line, status and duration are its
+            # answer's, from the POST to the end of its first connection (docs/jobs.md).
+            serve, stream = self._serve_resumable, StreamCount()
+        elif STREAM_ID_HEADER in headers:  # a reader back for the rest of a stream
             await self._serve_replay(headers, receive, send)
             return
         call = CallContext.from_headers(headers)
-        stream = StreamCount() if self.spec.endpoint.is_stream else None
         request = Request(started, headers, call, receive, send, stream)
         try:
             if self._tracing is None:
-                status = await self._serve_call(request)
+                status = await serve(request)
             else:
                 status = await self._tracing.serve(
-                    self.spec.name, call, headers, receive, send, functools.partial(self._traced, request)
+                    self.spec.name,
+                    call,
+                    headers,
+                    receive,
+                    send,
+                    functools.partial(self._traced, serve, request),
                 )
         except StreamAborted:
             self.log_request(request, 200)
@@ -344,33 +351,6 @@ class ChainletApp:
         elapsed = time.perf_counter() - started
         self.metrics.call_finished(status, elapsed)
         self.log_request(request, status)
-
-    async def _run_resumable(
-        self, started: float, headers: dict[str, str], receive: Receive, send: Send
-    ) -> None:
-        """A resumable call (chains.server.resumable), logged, metered and traced as any call:
-        its line, status and duration are its answer's, from the POST to the end of its first
-        connection (the run's end when that connection lasts; docs/jobs.md)."""
-        call = CallContext.from_headers(headers)
-        request = Request(started, headers, call, receive, send, StreamCount())
-        if self._tracing is None:
-            status = await self._serve_resumable(request)
-        else:
-            status = await self._tracing.serve(
-                self.spec.name,
-                call,
-                headers,
-                receive,
-                send,
-                functools.partial(self._traced_resumable, request),
-            )
-        self.metrics.call_finished(status, time.perf_counter() - started)
-        self.log_request(request, status)
-
-    def _traced_resumable(self, request: Request, receive: Receive, send: Send) -> Awaitable[int]:
-        request.receive = receive
-        request.send = send
-        return self._serve_resumable(request)
 
     def _serve_resumable(self, request: Request) -> Awaitable[int]:
         from chains.server.resumable import serve_resumable
@@ -385,11 +365,14 @@ class ChainletApp:
             ready=self.instance is not None,
         )
 
-    def _traced(self, request: Request, receive: Receive, send: Send) -> Awaitable[int]:
+    @staticmethod
+    def _traced(
+        serve: Callable[[Request], Awaitable[int]], request: Request, receive: Receive, send: Send
+    ) -> Awaitable[int]:
         # The span's counting receive and send take the place of the server's.
         request.receive = receive
         request.send = send
-        return self._serve_call(request)
+        return serve(request)
 
     def log_request(self, request: Request, status: int) -> None:
         if self._request_log is not None:
