@@ -31,3 +31,16 @@ def test_the_defaults_benchmark_runs_without_errors() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "failed requests and calls: 0 " in done.stdout
+
+
+def test_the_stream_reconnect_benchmark_runs_and_every_stream_arrives_whole() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.stream_reconnect", "--smoke"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every stream arrived whole, in order" in done.stdout
