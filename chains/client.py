@@ -37,7 +37,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, ClassVar, Generic, TypeVar, overload
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, overload
 
 import httpx
 import pydantic
@@ -53,7 +53,7 @@ from chains.call_policy import (
 )
 from chains.client_http import Answer, AsyncHTTP, Unreachable, async_http
 from chains.client_jobs import AsyncJob, Job, JobInfo, JobOptions, JobStatus
-from chains.client_resumable import item_decoder, items, items_async
+from chains.client_resumable import AsyncFrameSource, FrameSource, item_decoder, items, items_async
 from chains.errors import (
     ChainsRuntimeError,
     DeadlineExceeded,
@@ -245,6 +245,14 @@ def _drive(step: Awaitable[T]) -> T:
     raise RuntimeError("a synchronous stream read had to wait on an event loop")  # a bug, not input
 
 
+class _Chunks(Protocol):
+    """What a blocking reader reads: a plain answer's body, or a resumable stream's frames."""
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def close(self) -> None: ...
+
+
 class Stream(Generic[ItemT]):
     """The items of one stream read by :class:`Client`, as they arrive.
 
@@ -259,7 +267,7 @@ class Stream(Generic[ItemT]):
     # Whether an unread header is refused before the items (a structured stream's reader).
     _header_first: ClassVar[bool] = False
 
-    def __init__(self, shape: StreamShape, body: _Body) -> None:
+    def __init__(self, shape: StreamShape, body: _Chunks) -> None:
         self._body = body
         self._reader = FrameReader(shape.wire, body)
         self._items: AsyncGenerator[Any, None] | None = None
@@ -410,15 +418,31 @@ class Client(_BaseClient[httpx.Client]):
             return StructuredStream(_shape(of), _Body(response, self))
         return Stream(_shape(of), _Body(response, self))
 
-    def resumable_stream(self, of: type[ItemT], /, **arguments: Any) -> Iterator[ItemT]:
+    @overload
+    def resumable_stream(
+        self, of: StreamTypes[ItemT, HeaderT, FooterT], /, **arguments: Any
+    ) -> StructuredStream[ItemT, HeaderT, FooterT]: ...
+    @overload
+    def resumable_stream(self, of: type[ItemT], /, **arguments: Any) -> Iterator[ItemT]: ...
+    def resumable_stream(self, of: Any, /, **arguments: Any) -> Iterator[Any] | Stream[Any]:
         """Call a streaming entrypoint as a resumable stream (docs/jobs.md): the run outlives a
-        cut connection, and the items are read on from the last one that arrived, so each comes
-        once, in order. ``of`` is ``str``, ``bytes``, ``chains.SSE`` or an item type.
+        cut connection, and the stream is read on from the last event that arrived, so each
+        part comes once, in order. ``of`` is ``str``, ``bytes``, ``chains.SSE`` or an item type
+        (an iterator of the items), or the ``StreamTypes`` of a structured stream (the
+        :class:`StructuredStream` ``stream()`` gives, read and checked the same way)::
 
-        The request is sent at once; StreamInterrupted is raised only once the run is gone or
-        the tries to read on are spent (the entrypoint needs a job store: see docs/jobs.md).
+            for token in client.resumable_stream(Token, prompt="hi"):
+                print(token.text)
+            with client.resumable_stream(TOKENS, prompt="hi") as reader:
+                started = reader.read_header()
+                texts = [token.text for token in reader.read_items()]
+                usage = reader.read_footer()
+
+        The request is sent at once; StreamInterrupted is raised only once the run is gone, the
+        tries to read on are spent, or the run started over after a part of it was read (the
+        entrypoint needs a job store: see docs/jobs.md).
         """
-        decode = item_decoder(of)
+        decode = None if isinstance(of, StreamTypes) else item_decoder(of)
         request = self._http.build_request(
             "POST", self._run_url, content=self._body(arguments), headers=self._resumable_headers()
         )
@@ -430,7 +454,10 @@ class Client(_BaseClient[httpx.Client]):
         except BaseException:
             response.close()
             raise
-        return items(Job(self, run_id).follow(response), decode)
+        events = Job(self, run_id).follow(response)
+        if decode is None:
+            return StructuredStream(_shape(of), FrameSource(of, run_id, events, response.close))
+        return items(events, decode, run_id)
 
     @overload
     def submit(
@@ -548,9 +575,34 @@ class AsyncClient(_BaseClient[AsyncHTTP]):
             return stream_reader(of, source)
         return _items(FrameReader(_shape(of).wire, source))
 
-    async def resumable_stream(self, of: type[ItemT], /, **arguments: Any) -> AsyncIterator[ItemT]:
-        """See :meth:`Client.resumable_stream`: ``async for item in await client.resumable_stream(...)``."""
-        decode = item_decoder(of)
+    @overload
+    async def resumable_stream(
+        self, of: StreamTypes[ItemT, None, None], /, **arguments: Any
+    ) -> StreamReader[ItemT]: ...
+    @overload
+    async def resumable_stream(
+        self, of: StreamTypes[ItemT, HeaderT, None], /, **arguments: Any
+    ) -> HeaderStreamReader[ItemT, HeaderT]: ...
+    @overload
+    async def resumable_stream(
+        self, of: StreamTypes[ItemT, None, FooterT], /, **arguments: Any
+    ) -> FooterStreamReader[ItemT, FooterT]: ...
+    @overload
+    async def resumable_stream(
+        self, of: StreamTypes[ItemT, HeaderT, FooterT], /, **arguments: Any
+    ) -> HeaderFooterStreamReader[ItemT, HeaderT, FooterT]: ...
+    @overload
+    async def resumable_stream(self, of: type[ItemT], /, **arguments: Any) -> AsyncIterator[ItemT]: ...
+    async def resumable_stream(self, of: Any, /, **arguments: Any) -> Any:
+        """See :meth:`Client.resumable_stream`; for ``StreamTypes`` it is the reader
+        :meth:`stream` gives (``read_header``, ``read_items``, ``read_footer``)::
+
+            async for token in await client.resumable_stream(Token, prompt="hi"):
+                print(token.text)
+            reader = await client.resumable_stream(TOKENS, prompt="hi")
+            started = await reader.read_header()
+        """
+        decode = None if isinstance(of, StreamTypes) else item_decoder(of)
         with self._sending():
             answer = await self._http.post(
                 self._run_url, self._body(arguments), self._resumable_headers(), stream=True
@@ -561,7 +613,10 @@ class AsyncClient(_BaseClient[AsyncHTTP]):
             except BaseException:
                 await answer.aclose()
                 raise
-        return items_async(AsyncJob(self, run_id).follow(answer), decode)
+        events = AsyncJob(self, run_id).follow(answer)
+        if decode is None:
+            return stream_reader(of, AsyncFrameSource(of, run_id, events, answer.aclose))
+        return items_async(events, decode, run_id)
 
     @overload
     async def submit(

@@ -172,8 +172,11 @@ class JobRoutes:
                 writer.result()
 
         try:
-            if job.attempts > 1 and job.events:
+            if job.events:
                 # What an earlier attempt streamed stays; a reader learns that the rest starts over.
+                # Any event kept before this attempt began is an earlier attempt's: one that failed
+                # or lost its worker, or one a stopping server gave back unfinished, which does not
+                # count among the attempts (so job.attempts may be 1 again here).
                 await put(b'event: restart\ndata: {"attempt": %d}\n\n' % job.attempts)
             source = self._open_stream(arguments)
             if deadline is not None:

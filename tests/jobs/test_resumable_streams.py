@@ -1,6 +1,7 @@
 """Streams that survive a cut connection (issue 31): a resumable ``POST /run_remote`` and a job's
-events read through a proxy that really cuts the first connections mid-answer. Every token must
-arrive once, in order, and the chain's log must show one run."""
+events read through a proxy that really cuts the first connections mid-answer. Every token (and a
+structured stream's header and footer) must arrive once, in order, and the chain's log must show
+one run."""
 
 from __future__ import annotations
 
@@ -10,15 +11,19 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chains import stream_types
 from chains.client import AsyncClient, Client
 from chains.deploy import ChainHandle, stop_chain
-from chains.errors import ChainsRuntimeError, StreamInterrupted
+from chains.errors import ChainsRuntimeError, ChainsUsageError, StreamInterrupted, StreamProtocolError
 from chains.streaming.sse import SSE, SSEDecoder
 from tests.jobs.conftest import log_lines, push
 from tests.jobs.cutting_proxy import CuttingProxy
+from tests.jobs.structured_stream_chain import PIECES, Started, Usage
+from tests.jobs.structured_stream_chain import Piece as StructuredPiece
 from tests.jobs.typed_stream_chain import Piece
 
 TYPED_CHAIN = Path(__file__).parent / "typed_stream_chain.py"
+STRUCTURED_CHAIN = Path(__file__).parent / "structured_stream_chain.py"
 
 TOKENS = [f"t{i}" for i in range(80)]
 
@@ -216,3 +221,63 @@ def test_without_a_job_store_a_resumable_stream_is_refused_naming_the_setting(
         assert not (tmp_path / "runs").exists()  # refused before anything ran
     finally:
         stop_chain("typed-no-store", grace=5)
+
+
+@pytest.fixture
+def structured(chains_home: Path) -> Iterator[ChainHandle]:
+    handle = push("structured-stream", file=STRUCTURED_CHAIN, entrypoint="Parts")
+    try:
+        yield handle
+    finally:
+        stop_chain("structured-stream", grace=5)
+
+
+PIECE_LIST = [StructuredPiece(index=i, text=f"piece {i}\nof 60") for i in range(60)]
+
+
+def test_a_resumable_structured_stream_gives_header_items_and_footer_once_through_cuts(
+    structured: ChainHandle, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs"
+    with (
+        CuttingProxy(structured.entrypoint_url, cuts=[700] * 3) as proxy,
+        Client(proxy.url) as client,
+        client.resumable_stream(PIECES, count=60, log=str(log), gap=0.01) as reader,
+    ):
+        with pytest.raises(ChainsUsageError, match="read_header"):
+            next(iter(reader.read_items()))  # the header comes first, as stream() has it
+        assert reader.read_header() == Started(count=60)
+        got = list(reader.read_items())
+        assert reader.read_footer() == Usage(pieces=60)
+        assert proxy.cut == 3  # the cuts happened, mid-items: the parts came over four connections
+    assert got == PIECE_LIST
+    assert log_lines(log) == ["run"]
+
+
+async def test_async_a_resumable_structured_stream_gives_header_items_and_footer_once_through_cuts(
+    structured: ChainHandle, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs"
+    with CuttingProxy(structured.entrypoint_url, cuts=[700] * 3) as proxy:
+        async with AsyncClient(proxy.url) as client:
+            reader = await client.resumable_stream(PIECES, count=60, log=str(log), gap=0.01)
+            async with reader:
+                assert await reader.read_header() == Started(count=60)
+                got = [piece async for piece in reader.read_items()]
+                assert await reader.read_footer() == Usage(pieces=60)
+        assert proxy.cut == 3
+    assert got == PIECE_LIST
+    assert log_lines(log) == ["run"]
+
+
+def test_a_resumable_structured_stream_read_with_other_types_names_the_part(
+    structured: ChainHandle, tmp_path: Path
+) -> None:
+    # The SSE form carries no fingerprint: other types show as the part that does not fit.
+    other = stream_types(StructuredPiece, header_type=Usage, footer_type=Usage)
+    with Client(structured.entrypoint_url) as client:
+        reader = client.resumable_stream(other, count=2, log=str(tmp_path / "runs"))
+        with pytest.raises(StreamProtocolError, match=r"(?s)header frame of .* not a valid Usage: .*pieces"):
+            reader.read_header()
+        items_only = list(client.resumable_stream(StructuredPiece, count=3, log=str(tmp_path / "runs")))
+    assert [piece.index for piece in items_only] == [0, 1, 2]  # an item type skips the header and footer

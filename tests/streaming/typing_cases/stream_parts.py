@@ -1,17 +1,20 @@
 """Checked by mypy in test_typing.py: each `# E:` line must fail with that text, no other line may.
 
-A reader or writer only has the methods of the parts its StreamTypes declares.
+A reader or writer only has the methods of the parts its StreamTypes declares, and so has what
+a client's stream() and resumable_stream() return.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, assert_type
 
 import pydantic
 
+from chains.client import AsyncClient, Client, StructuredStream
 from chains.streaming import (
     FooterStreamReader,
+    HeaderFooterStreamReader,
     HeaderFooterStreamWriter,
     StreamReader,
     StreamTypes,
@@ -90,3 +93,21 @@ def produce() -> None:
     full.yield_item(Token(text="a"))
     full.yield_footer(Usage(tokens=1))
     full.end()
+
+
+def resume(client: Client) -> None:
+    full = client.resumable_stream(FULL, prompt="hi")
+    assert_type(full, StructuredStream[Token, Meta, Usage])
+    assert_type(full.read_header(), Meta)
+    assert_type(full.read_footer(), Usage)
+    assert_type(client.resumable_stream(Token, prompt="hi"), Iterator[Token])
+
+
+async def resume_async(client: AsyncClient) -> None:
+    tokens = await client.resumable_stream(TOKENS, prompt="hi")
+    assert_type(tokens, FooterStreamReader[Token, Usage])
+    await tokens.read_header()  # E: "FooterStreamReader[Token, Usage]" has no attribute "read_header"
+    full = await client.resumable_stream(FULL, prompt="hi")
+    assert_type(full, HeaderFooterStreamReader[Token, Meta, Usage])
+    assert_type(await full.read_header(), Meta)
+    assert_type(await client.resumable_stream(Token, prompt="hi"), AsyncIterator[Token])
