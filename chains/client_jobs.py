@@ -157,7 +157,7 @@ class _EventKind(enum.Enum):
 
     SHOWN = "shown"  # an item, header, footer or restart: handed to the caller
     END = "end"  # the stream ended complete
-    ERROR = "error"  # the run failed: raised
+    HELD = "held"  # an attempt failed: raised once no new attempt follows it
 
 
 class _Polling:
@@ -205,6 +205,9 @@ class _JobCore:
         self.headers = client._headers_for(JSON_MEDIA_TYPE)
         self._last_event: int | None = None
         self._resumes = 0  # tries since the last event that arrived
+        # An attempt's own error, kept until the events tell whether the job runs again (an
+        # ``event: restart`` follows) or not (they end): only then is it the job's.
+        self._held: BaseException | None = None
         self._resumed_from: int | None = None
 
     def _error(self, status: int, headers: Mapping[str, str], content: bytes) -> Exception:
@@ -303,24 +306,40 @@ class _JobCore:
             self._last_event = int(event.id)
         if event.event == "end":
             return _EventKind.END
+        if event.event == "restart":
+            self._held = None  # the failed attempt is retried: its error is not the job's
+            return _EventKind.SHOWN
         if event.event != "error":
             return _EventKind.SHOWN
         payload = json.loads(event.data)
         if isinstance(payload, dict) and "exc_type" in payload:
-            raise RemoteError.from_detail(ErrorDetail.model_validate(payload))
+            self._held = RemoteError.from_detail(ErrorDetail.model_validate(payload))
+            return _EventKind.HELD
+        if self._held is not None:
+            raise self._held  # the job ended with the attempt that failed
         # The job ended without its stream's own end (canceled, expired, its worker lost).
         errors = tuple(JobError.from_json(error) for error in payload.get("errors", []))
         status = payload.get("status")
         raise self.failure(JobStatus(status) if status in _STATUSES else JobStatus.FAILED, errors)
 
+    def ended_early(self) -> BaseException:
+        """What the events ending without ``event: end`` means: a failed attempt that no other
+        followed is the job's failure; anything else is a cut, to be read on."""
+        return self._held if self._held is not None else self.interrupted()
+
     def interrupted(self, cause: BaseException | None = None) -> StreamInterrupted:
         seen = "before its first event" if self._last_event is None else f"after event {self._last_event}"
         resume = self._last_event or 0
         reason = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
-        return StreamInterrupted(
+        return _EventsCut(
             f"the events of job {self.id} stopped {seen}, before their end{reason}: the job goes on; "
             f"read the rest with events(last_event_id={resume})"
         )
+
+
+class _EventsCut(StreamInterrupted):
+    """The events' connection broke: they are read on. Not the job's own error, which may be a
+    StreamInterrupted too (a dependency's stream that broke), and is raised as it is."""
 
 
 _STATUSES = {status.value for status in JobStatus}
@@ -416,7 +435,7 @@ class Job(Generic[T]):
             try:
                 yield from self._read_events(headers, resumed, first)
                 return
-            except StreamInterrupted as cut:
+            except _EventsCut as cut:
                 time.sleep(self._core.resume_wait(cut))
             headers, resumed, first = self._core.resume_headers(), True, None
 
@@ -449,15 +468,17 @@ class Job(Generic[T]):
                 try:
                     chunk = next(chunks)
                 except StopIteration:
-                    raise self._core.interrupted() from None
+                    raise self._core.ended_early() from None
                 except httpx.TimeoutException as exc:
                     raise self._client._late() from exc
                 except Exception as exc:  # the connection broke mid-stream (httpx's own errors)
                     raise self._core.interrupted(exc) from exc
                 for event in decoder.feed(chunk):
-                    if self._core.kind(event) is _EventKind.END:
+                    kind = self._core.kind(event)
+                    if kind is _EventKind.END:
                         return
-                    yield event
+                    if kind is _EventKind.SHOWN:
+                        yield event
         finally:
             response.close()
 
@@ -535,7 +556,7 @@ class AsyncJob(Generic[T]):
                 async for event in self._read_events(headers, resumed, first):
                     yield event
                 return
-            except StreamInterrupted as cut:
+            except _EventsCut as cut:
                 await asyncio.sleep(self._core.resume_wait(cut))
             headers, resumed, first = self._core.resume_headers(), True, None
 
@@ -567,14 +588,16 @@ class AsyncJob(Generic[T]):
                 try:
                     chunk = await anext(chunks)
                 except StopAsyncIteration:
-                    raise self._core.interrupted() from None
+                    raise self._core.ended_early() from None
                 except TimeoutError as exc:
                     raise self._client._late() from exc
                 except Exception as exc:  # the connection broke mid-stream (aiohttp's or httpx's)
                     raise self._core.interrupted(exc) from exc
                 for event in decoder.feed(chunk):
-                    if self._core.kind(event) is _EventKind.END:
+                    kind = self._core.kind(event)
+                    if kind is _EventKind.END:
                         return
-                    yield event
+                    if kind is _EventKind.SHOWN:
+                        yield event
         finally:
             await answer.aclose()

@@ -165,6 +165,36 @@ def test_a_streaming_job_has_no_result_its_events_are_read_and_resumed(
     assert log_lines(tmp_path / "runs") == ["run"]
 
 
+def test_events_go_on_past_a_failed_attempt_that_is_retried(streaming: ChainHandle, tmp_path: Path) -> None:
+    log = tmp_path / "runs"
+    with Client(streaming.entrypoint_url) as client:
+        job = client.submit(None, JobOptions(max_attempts=2), count=4, log=str(log), fail_first_at=2)
+        events = list(job.events())  # the first attempt's error is not the job's: it runs again
+        assert [(e.event, e.data) for e in events if e.event != "restart"] == [
+            (None, "t0"),
+            (None, "t1"),
+            *((None, f"t{i}") for i in range(4)),
+        ]
+        assert [e.event for e in events].count("restart") == 1
+        assert job.status() is JobStatus.SUCCEEDED
+    assert log_lines(log) == ["run", "run"]
+
+
+def test_events_raise_the_last_attempts_error_at_once(streaming: ChainHandle, tmp_path: Path) -> None:
+    log = tmp_path / "runs"
+    with Client(streaming.entrypoint_url) as client:
+        job = client.submit(None, JobOptions(max_attempts=1), count=4, log=str(log), fail_first_at=2)
+        seen: list[str] = []
+        # The attempt's own error, held until the events end without a new attempt: then raised
+        # as the job's, not read on as a cut.
+        with pytest.raises(ValueError, match="the first run fails at t2") as info:
+            for event in job.events():
+                seen.append(event.data)
+        assert isinstance(info.value, RemoteError)
+        assert seen == ["t0", "t1"]
+        assert job.status() is JobStatus.FAILED
+
+
 def test_a_canceled_streaming_job_raises_from_its_events(streaming: ChainHandle, tmp_path: Path) -> None:
     with Client(streaming.entrypoint_url) as client:
         job = client.submit(count=100, log=str(tmp_path / "runs"), gap=0.2)
