@@ -8,10 +8,10 @@ why; with ``CHAINS_REQUIRE_DOCKER=1`` (CI) they fail instead.
 Chains pushed here have names starting with ``dk-``; whatever a test leaves on the engine
 under those names is removed after it.
 
-``container_postgres`` is a PostgreSQL server the chains' containers reach: started once a
-session, when a test first asks for it, on the gateway address of a network of the engine's
-own (``chains-test-postgres``, which no container joins: the address is the host's, and every
-container reaches its host's addresses through its own network's gateway).
+``container_postgres`` is a PostgreSQL server the chains' containers reach: started once for
+this folder's tests, when one first asks for it, on the gateway address of a network of the
+engine's own (``chains-test-postgres``, which no container joins: the address is the host's, and
+every container reaches its host's addresses through its own network's gateway).
 """
 
 from __future__ import annotations
@@ -118,7 +118,10 @@ class ContainerPostgres:
         return self.server.url
 
 
-@pytest.fixture(scope="session")
+# Package, not session: the network must be gone before tests/swarm starts its cluster, whose
+# node 1 (a dockerd in this host's namespace too) drops every other engine's bridge isolation
+# rules when it starts, and tests/swarm/test_swarm_teardown.py then finds them missing.
+@pytest.fixture(scope="package")
 def container_postgres(engine: Any) -> Iterator[ContainerPostgres]:
     """A PostgreSQL server listening on 127.0.0.1 and on the gateway of the network
     ``chains-test-postgres``, letting in the engine's subnets with a password."""
