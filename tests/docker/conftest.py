@@ -7,12 +7,19 @@ why; with ``CHAINS_REQUIRE_DOCKER=1`` (CI) they fail instead.
 
 Chains pushed here have names starting with ``dk-``; whatever a test leaves on the engine
 under those names is removed after it.
+
+``container_postgres`` is a PostgreSQL server the chains' containers reach: started once for
+this folder's tests, when one first asks for it, on the gateway address of a network of the
+engine's own (``chains-test-postgres``, which no container joins: the address is the host's, and
+every container reaches its host's addresses through its own network's gateway).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +27,16 @@ import pytest
 
 from chains.errors import ChainsRuntimeError
 from tests import helpers
+from tests.jobs.postgres import Postgres, remove, start_postgres
 
 REQUIRED = os.environ.get("CHAINS_REQUIRE_DOCKER") == "1"
 BASE_IMAGE = os.environ.get("CHAINS_TEST_BASE_IMAGE") or "chains-python:bookworm"
 ROOT = Path(__file__).parents[2]
+POSTGRES_NETWORK = "chains-test-postgres"
+# Where the engine takes its networks' subnets from: dockerd's default address pools, which
+# docker/start-engine.sh leaves as they are. A chain's network is made by its push, so its
+# subnet is not known before; the server lets in these, and only with the password.
+ENGINE_POOLS = ("172.16.0.0/12", "192.168.0.0/16")
 
 
 def unavailable(reason: str) -> None:
@@ -88,3 +101,42 @@ def cli(engine: Any, tmp_path: Path, cache_dir: Path) -> Iterator[Cli]:
 
 def dangling_images(engine: Any) -> set[str]:
     return {str(image.id) for image in engine.client.images.list(filters={"dangling": True})}
+
+
+@dataclass
+class ContainerPostgres:
+    server: Postgres
+    host: str  # the address containers reach it at
+
+    @property
+    def url(self) -> str:
+        """For the chains' containers (and this process): the server's address on the bridge."""
+        return self.server.url_at(self.host)
+
+    @property
+    def local_url(self) -> str:
+        return self.server.url
+
+
+# Package, not session: the network must be gone before tests/swarm starts its cluster, whose
+# node 1 (a dockerd in this host's namespace too) drops every other engine's bridge isolation
+# rules when it starts, and tests/swarm/test_swarm_teardown.py then finds them missing.
+@pytest.fixture(scope="package")
+def container_postgres(engine: Any) -> Iterator[ContainerPostgres]:
+    """A PostgreSQL server listening on 127.0.0.1 and on the gateway of the network
+    ``chains-test-postgres``, letting in the engine's subnets with a password."""
+    with contextlib.suppress(engine.errors.NotFound):
+        engine.client.networks.get(POSTGRES_NETWORK).remove()  # left by a run that was killed
+    network = engine.client.networks.create(
+        POSTGRES_NETWORK, driver="bridge", labels={"chains.test": "postgres"}, check_duplicate=True
+    )
+    try:
+        network.reload()
+        gateway = str(network.attrs["IPAM"]["Config"][0]["Gateway"])
+        server = start_postgres(also_listen=[gateway], clients=ENGINE_POOLS)
+        try:
+            yield ContainerPostgres(server, gateway)
+        finally:
+            remove(server)
+    finally:
+        network.remove()

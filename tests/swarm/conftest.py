@@ -21,6 +21,7 @@ Chains pushed here have names starting with ``sw-``.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import shlex
 import shutil
@@ -36,6 +37,7 @@ import pytest
 
 from tests import helpers
 from tests.docker.host_state import HostState, host_state
+from tests.jobs.postgres import Postgres, remove, start_postgres
 
 REQUIRED = os.environ.get("CHAINS_REQUIRE_SWARM") == "1"
 BASE_IMAGE = os.environ.get("CHAINS_TEST_BASE_IMAGE") or "chains-python:bookworm"
@@ -261,3 +263,36 @@ def service_tasks(swarm: Swarm, service: str) -> list[dict[str, Any]]:
         row["NodeID"] = task["NodeID"]
         row["State"] = task["Status"]["State"]
     return rows
+
+
+# Where the entrypoint's tasks come from when they reach the host: they run on managers only,
+# and node 1 is the only one, so from its docker_gwbridge, a subnet of dockerd's default
+# address pools.
+_NODE1_POOLS = ("172.16.0.0/12", "192.168.0.0/16")
+
+
+@dataclass
+class SwarmPostgres:
+    server: Postgres
+    host: str  # the host's end of the link between the nodes: every task reaches it
+
+    @property
+    def url(self) -> str:
+        return self.server.url_at(self.host)
+
+    @property
+    def local_url(self) -> str:
+        return self.server.url
+
+
+@pytest.fixture(scope="session")
+def swarm_postgres(swarm: Swarm) -> Iterator[SwarmPostgres]:
+    """A PostgreSQL server on 127.0.0.1 and on the host's end of the link between the nodes,
+    letting in node 1's tasks with a password."""
+    shown = run("ip", "-4", "-o", "addr", "show", "dev", swarm.link).split()
+    link = ipaddress.ip_interface(shown[shown.index("inet") + 1])
+    server = start_postgres(also_listen=[str(link.ip)], clients=_NODE1_POOLS)
+    try:
+        yield SwarmPostgres(server, str(link.ip))
+    finally:
+        remove(server)

@@ -1,0 +1,94 @@
+"""Async calls on the swarm with the jobs in a real PostgreSQL server, named by the pushing
+shell's CHAINS_JOBS_STORE (a swarm secret of the push): the entrypoint's task (on node 1, the
+manager, where entrypoints run) reaches the server on the host's end of the link between the
+nodes, its image has the psycopg wheel, and the jobs outlive ``chains stop`` in the server."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.helpers import unique_port, write_chain
+from tests.swarm.conftest import Cli, Swarm, SwarmPostgres, remove_stack, service_tasks
+
+NAME = "sw-pgjobs"
+SHOUT = """
+    import chains
+
+
+    @chains.mark_entrypoint("sw-pgjobs")
+    class Shout(chains.ChainletBase):
+        remote_config = chains.RemoteConfig(
+            docker_image=chains.DockerImage(pip_requirements=["psycopg[binary]"]),
+        )
+
+        async def run_remote(self, text: str) -> str:
+            return text.upper()
+"""
+
+
+def _wait_done(http: httpx.Client, ids: list[str]) -> list[str]:
+    deadline = time.monotonic() + 90
+    while True:
+        statuses = [http.get(f"/async_request/{job}").json()["status"] for job in ids]
+        if all(s in ("SUCCEEDED", "FAILED", "CANCELED") for s in statuses) or time.monotonic() > deadline:
+            return statuses
+        time.sleep(0.3)
+
+
+def test_jobs_in_postgres_outlive_a_stop_on_the_swarm(
+    swarm: Swarm, swarm_postgres: SwarmPostgres, tmp_path: Path, cache_dir: Path
+) -> None:
+    import psycopg
+
+    remove_stack(swarm, NAME)
+    file = write_chain(tmp_path / "chain", SHOUT)
+    cli = Cli(swarm, tmp_path / "home", cache_dir)
+    cli.env["CHAINS_JOBS_STORE"] = swarm_postgres.url
+    port = str(unique_port())
+    try:
+        pushed = cli.push(str(file), "--timeout", "180", "--port", port)
+        assert swarm_postgres.server.password
+        assert swarm_postgres.server.password not in cli.run("status", NAME).stdout
+        service = f"{NAME}_{NAME}-shout"
+        assert [t["State"] for t in service_tasks(swarm, service)] == ["running"]
+        with httpx.Client(base_url=pushed["entrypoint_url"], timeout=30) as http:
+            ids = []
+            for i in range(6):
+                answer = http.post("/async_run_remote", json={"model_input": {"text": f"job {i}"}})
+                assert answer.status_code == 200, answer.text
+                ids.append(str(answer.json()["request_id"]))
+            assert _wait_done(http, ids) == ["SUCCEEDED"] * 6
+            assert http.get(f"/async_request/{ids[4]}/output").json() == "JOB 4"
+        (container,) = swarm.docker(
+            "ps", "--filter", f"label=com.docker.swarm.service.name={service}", "--no-trunc", "-q"
+        ).split()
+        # A task's endpoint on docker_gwbridge is not in its own inspect output, only the network's.
+        bridge = json.loads(swarm.docker("network", "inspect", "docker_gwbridge"))[0]
+        address = bridge["Containers"][container]["IPv4Address"].split("/")[0]
+        with psycopg.connect(swarm_postgres.local_url) as db:
+            clients = db.execute(
+                "SELECT host(client_addr) FROM pg_stat_activity WHERE client_addr IS NOT NULL"
+            ).fetchall()
+        # The task's connection comes from its own address on the node's docker_gwbridge: the
+        # URL from the swarm secret, across the bridge, not through the host's loopback.
+        assert (address,) in clients, (address, clients)
+
+        cli.run("stop", NAME)
+        with psycopg.connect(swarm_postgres.local_url) as db:
+            rows = db.execute(
+                "SELECT id, status FROM chains_sw_pgjobs.jobs WHERE id = ANY(%s)", (ids,)
+            ).fetchall()
+        assert sorted(rows) == sorted((job, "SUCCEEDED") for job in ids)
+
+        again = cli.push(str(file), "--timeout", "180", "--port", port)
+        with httpx.Client(base_url=again["entrypoint_url"], timeout=30) as http:
+            assert http.get(f"/async_request/{ids[1]}/output").json() == "JOB 1"
+    finally:
+        cli.run("stop", NAME, check=False)
+        remove_stack(swarm, NAME)
+        with psycopg.connect(swarm_postgres.local_url, autocommit=True) as db:
+            db.execute("DROP SCHEMA IF EXISTS chains_sw_pgjobs CASCADE")
