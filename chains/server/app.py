@@ -222,6 +222,8 @@ class ChainletApp:
         self.draining = True
         if self._jobs is not None:
             self._jobs.runner.stop_claiming()  # a job claimed now would find its dependencies gone
+        if self._replays is not None:
+            self._replays.drain()  # a cut stream's wait for its reader would hold the drain up
 
     @property
     def in_flight(self) -> int:

@@ -115,6 +115,7 @@ class ReplayRun:
         self._timer: asyncio.TimerHandle | None = None
         self._first: asyncio.Task[Outcome | None] | None = None
         self._first_reader: _Reader | None = None
+        self.draining = False
 
     # -- the producer's side -------------------------------------------------------------------
 
@@ -206,15 +207,25 @@ class ReplayRun:
         return reader
 
     def left(self, reader: _Reader) -> None:
-        """``reader``'s connection went away: the run waits for the next one, for a while."""
+        """``reader``'s connection went away: the run waits for the next one, for a while (not
+        on a server that drains, whose drain would wait for it)."""
         if self._reader is not reader:
             return  # another has taken its place
         self._reader = None
         if reader.task is not None and reader.task is self._first:
             reader.task.cancel()
-        if self.outcome is None and self._timer is None:
+        if self.draining:
+            self._expired()
+        elif self.outcome is None and self._timer is None:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(self._settings.window_sec, self._expired)
+
+    def drain(self) -> None:
+        """The server drains: end the run now if nobody reads it, or once its reader leaves."""
+        self.draining = True
+        if self._reader is None:
+            self._cancel_timer()
+            self._expired()
 
     def cancel(self) -> None:
         """The reader stopped on purpose: end the producer now."""
@@ -290,9 +301,11 @@ class Replays:
         self._runs: dict[str, ReplayRun] = {}
         self._ended: OrderedDict[str, int] = OrderedDict()  # finished runs, oldest first: their bytes
         self._ended_bytes = 0
+        self._draining = False
 
     def open(self, expire: Callable[[], None]) -> ReplayRun:
         run = ReplayRun(uuid.uuid4().hex, self.settings, expire)
+        run.draining = self._draining
         self._runs[run.id] = run
         return run
 
@@ -312,6 +325,12 @@ class Replays:
 
     def __len__(self) -> int:
         return len(self._runs)
+
+    def drain(self) -> None:
+        """The server drains: runs nobody reads end now, the others once their reader leaves."""
+        self._draining = True
+        for run in list(self._runs.values()):
+            run.drain()
 
     async def serve(self, headers: dict[str, str], receive: Receive, send: Send) -> None:
         """Answer a returning reader (``X-Chains-Stream-Id``) or one that stops on purpose."""

@@ -326,3 +326,17 @@ def test_a_client_that_leaves_early_stops_the_chain_at_once(
             assert next(iter(items)).i == 0
         # Relay stops its stream, whose stub tells the Producer: well before a 10 s wait ends.
         wait_until(Path(files["PRODUCER_MARKER"]).exists, 5, "the producer stopped")
+
+
+def test_a_draining_server_does_not_wait_for_a_reader_that_left(
+    generated: dict[str, Path], files: dict[str, str]
+) -> None:
+    env = {"CHAINS_STREAM_RECONNECT_SEC": "600", "CHAINS_GRACE_SEC": "60"}
+    with running(_producer(generated, files, **env)) as (producer,):
+        first = _open(producer, 100_000, 0.02)
+        next(next(first).iter_raw())
+        first.close()
+        # SIGTERM drains: the cut stream, whose reader would have 600 s to come back, ends now,
+        # not when the 60 s of grace run out (terminate's bound is well below that).
+        assert producer.terminate(timeout=20) == 0
+    assert Path(files["PRODUCER_MARKER"]).read_text() == "CancelledError"
