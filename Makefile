@@ -22,8 +22,13 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy --strict chains codegen
 
+# Two workers (pytest-xdist): most tests wait on processes they started, so two at a time
+# take about two thirds of the time on a machine of two cores. conftest.py says what runs
+# together on one worker. `make unit PYTEST_WORKERS=` runs them one at a time.
+PYTEST_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
+
 unit: setup
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_WORKERS)
 
 test: lint typecheck unit
 

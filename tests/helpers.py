@@ -74,10 +74,17 @@ _handed_out: set[int] = set()
 def unique_port() -> int:
     """A free port on 127.0.0.1 that no other caller in this session got, below the kernel's
     ephemeral range: a port that ``bind(0)`` handed out and released could be handed out again,
-    or taken by an outgoing connection, before the process meant to listen on it binds it."""
+    or taken by an outgoing connection, before the process meant to listen on it binds it.
+
+    Each pytest-xdist worker takes the ports of its own residue class, so that two workers
+    never hand out the same port (a chain's entrypoint binds with SO_REUSEPORT, so a second
+    deployment on that port would not even fail)."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     for _ in range(1000):
         port = random.randrange(max(1024, low - 12000), low)
+        port -= (port - worker) % workers
         if port in _handed_out:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
