@@ -25,7 +25,7 @@ typecheck: setup
 # Two workers (pytest-xdist): most tests wait on processes they started, so two at a time
 # take about two thirds of the time on a machine of two cores. conftest.py says what runs
 # together on one worker. `make unit PYTEST_WORKERS=` runs them one at a time.
-PYTEST_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
+PYTEST_WORKERS ?= -n 2 --dist loadgroup
 
 unit: setup
 	$(BIN)/pytest $(PYTEST_WORKERS)
