@@ -114,8 +114,7 @@ class ReplayRun:
         self._more = asyncio.Event()
         self._room = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
-        self._first: asyncio.Task[Outcome | None] | None = None
-        self._first_reader: _Reader | None = None
+        self._first_reader: _Reader | None = None  # the first connection's, read by a task
         self.draining = False
         # The whole run went out on a connection that was still there: not kept once it ends.
         self.delivered = False
@@ -131,8 +130,7 @@ class ReplayRun:
 
         reader = _Reader(None)
         self._reader = self._first_reader = reader
-        self._first = asyncio.get_running_loop().create_task(first_reader())
-        reader.task = self._first
+        reader.task = asyncio.get_running_loop().create_task(first_reader())
         return self.send
 
     def first_left(self) -> bool:
@@ -174,7 +172,7 @@ class ReplayRun:
     async def first_reader_done(self) -> bool:
         """Wait for the first connection to be sent the whole run; False if it was not (it left,
         or another connection took its place), in which case its response is to be cut."""
-        first = self._first
+        first = self._first_reader.task if self._first_reader is not None else None
         if first is None:
             return False
         try:
@@ -215,7 +213,7 @@ class ReplayRun:
         if self._reader is not reader:
             return  # another has taken its place
         self._reader = None
-        if reader.task is not None and reader.task is self._first:
+        if reader is self._first_reader and reader.task is not None:
             reader.task.cancel()
         if self.draining:
             self._expired()
@@ -306,7 +304,6 @@ class ReplayRun:
         the garbage collector's rare full pass (the soak test saw servers grow by a fifth)."""
         self._chunks = []
         self._ends = []
-        self._first = None
         self._first_reader = self._reader = None
         self._expire = _ignore
 
