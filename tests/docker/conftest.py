@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ import pytest
 
 from chains.errors import ChainsRuntimeError
 from tests import helpers
-from tests.jobs.postgres import Postgres, remove, start_postgres
+from tests.jobs.postgres import ReachablePostgres, remove, start_postgres
 
 REQUIRED = os.environ.get("CHAINS_REQUIRE_DOCKER") == "1"
 BASE_IMAGE = os.environ.get("CHAINS_TEST_BASE_IMAGE") or "chains-python:bookworm"
@@ -103,26 +102,11 @@ def dangling_images(engine: Any) -> set[str]:
     return {str(image.id) for image in engine.client.images.list(filters={"dangling": True})}
 
 
-@dataclass
-class ContainerPostgres:
-    server: Postgres
-    host: str  # the address containers reach it at
-
-    @property
-    def url(self) -> str:
-        """For the chains' containers (and this process): the server's address on the bridge."""
-        return self.server.url_at(self.host)
-
-    @property
-    def local_url(self) -> str:
-        return self.server.url
-
-
 # Package, not session: the network must be gone before tests/swarm starts its cluster, whose
 # node 1 (a dockerd in this host's namespace too) drops every other engine's bridge isolation
 # rules when it starts, and tests/swarm/test_swarm_teardown.py then finds them missing.
 @pytest.fixture(scope="package")
-def container_postgres(engine: Any) -> Iterator[ContainerPostgres]:
+def container_postgres(engine: Any) -> Iterator[ReachablePostgres]:
     """A PostgreSQL server listening on 127.0.0.1 and on the gateway of the network
     ``chains-test-postgres``, letting in the engine's subnets with a password."""
     with contextlib.suppress(engine.errors.NotFound):
@@ -135,7 +119,7 @@ def container_postgres(engine: Any) -> Iterator[ContainerPostgres]:
         gateway = str(network.attrs["IPAM"]["Config"][0]["Gateway"])
         server = start_postgres(also_listen=[gateway], clients=ENGINE_POOLS)
         try:
-            yield ContainerPostgres(server, gateway)
+            yield ReachablePostgres(server, gateway)
         finally:
             remove(server)
     finally:

@@ -5,15 +5,15 @@ and the jobs outlive ``chains stop`` in the server, with no volume of the chain'
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.docker.conftest import Cli, ContainerPostgres, remove_chain
-from tests.helpers import write_chain
+from tests.docker.conftest import Cli, remove_chain
+from tests.helpers import wait_jobs_done, write_chain
+from tests.jobs.postgres import ReachablePostgres
 
 pytestmark = pytest.mark.docker
 
@@ -33,17 +33,8 @@ SHOUT = """
 """
 
 
-def _wait_done(http: httpx.Client, ids: list[str]) -> list[str]:
-    deadline = time.monotonic() + 60
-    while True:
-        statuses = [http.get(f"/async_request/{job}").json()["status"] for job in ids]
-        if all(s in ("SUCCEEDED", "FAILED", "CANCELED") for s in statuses) or time.monotonic() > deadline:
-            return statuses
-        time.sleep(0.2)
-
-
 def test_jobs_in_postgres_outlive_a_stop_with_no_volume(
-    engine: Any, cli: Cli, container_postgres: ContainerPostgres, tmp_path: Path
+    engine: Any, cli: Cli, container_postgres: ReachablePostgres, tmp_path: Path
 ) -> None:
     import psycopg
 
@@ -60,7 +51,7 @@ def test_jobs_in_postgres_outlive_a_stop_with_no_volume(
                 answer = http.post("/async_run_remote", json={"model_input": {"text": f"job {i}"}})
                 assert answer.status_code == 200, answer.text
                 ids.append(str(answer.json()["request_id"]))
-            assert _wait_done(http, ids) == ["SUCCEEDED"] * 4
+            assert wait_jobs_done(http, ids, within_s=60) == ["SUCCEEDED"] * 4
             assert http.get(f"/async_request/{ids[1]}/output").json() == "JOB 1"
         (entry,) = engine.containers({"chains.chain": NAME})
         address = next(iter(entry.attrs["NetworkSettings"]["Networks"].values()))["IPAddress"]
@@ -86,7 +77,7 @@ def test_jobs_in_postgres_outlive_a_stop_with_no_volume(
             answer = http.post("/async_run_remote", json={"model_input": {"text": "after"}})
             assert answer.status_code == 200, answer.text
             late = str(answer.json()["request_id"])
-            assert _wait_done(http, [late]) == ["SUCCEEDED"]
+            assert wait_jobs_done(http, [late], within_s=60) == ["SUCCEEDED"]
         with psycopg.connect(container_postgres.local_url) as db:
             count = db.execute("SELECT count(*) FROM chains_dk_pgjobs.jobs").fetchone()
         assert count == (5,)

@@ -81,6 +81,23 @@ class Postgres:
         self.start()
 
 
+@dataclass(frozen=True)
+class ReachablePostgres:
+    """A test server and the address that containers or a swarm's tasks reach it at."""
+
+    server: Postgres
+    host: str
+
+    @property
+    def url(self) -> str:
+        """For the chains' containers (and this process): the server at ``host``, with its password."""
+        return self.server.url_at(self.host)
+
+    @property
+    def local_url(self) -> str:
+        return self.server.url
+
+
 def start_postgres(also_listen: Sequence[str] = (), clients: Sequence[str] = ()) -> Postgres:
     """A server in a new folder, on 127.0.0.1 (trusted, as initdb sets it up) and on
     ``also_listen``, where only clients of the subnets ``clients`` get in, with the postgres

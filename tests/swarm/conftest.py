@@ -37,7 +37,7 @@ import pytest
 
 from tests import helpers
 from tests.docker.host_state import HostState, host_state
-from tests.jobs.postgres import Postgres, remove, start_postgres
+from tests.jobs.postgres import ReachablePostgres, remove, start_postgres
 
 REQUIRED = os.environ.get("CHAINS_REQUIRE_SWARM") == "1"
 BASE_IMAGE = os.environ.get("CHAINS_TEST_BASE_IMAGE") or "chains-python:bookworm"
@@ -271,28 +271,14 @@ def service_tasks(swarm: Swarm, service: str) -> list[dict[str, Any]]:
 _NODE1_POOLS = ("172.16.0.0/12", "192.168.0.0/16")
 
 
-@dataclass
-class SwarmPostgres:
-    server: Postgres
-    host: str  # the host's end of the link between the nodes: every task reaches it
-
-    @property
-    def url(self) -> str:
-        return self.server.url_at(self.host)
-
-    @property
-    def local_url(self) -> str:
-        return self.server.url
-
-
 @pytest.fixture(scope="session")
-def swarm_postgres(swarm: Swarm) -> Iterator[SwarmPostgres]:
+def swarm_postgres(swarm: Swarm) -> Iterator[ReachablePostgres]:
     """A PostgreSQL server on 127.0.0.1 and on the host's end of the link between the nodes,
     letting in node 1's tasks with a password."""
     shown = run("ip", "-4", "-o", "addr", "show", "dev", swarm.link).split()
     link = ipaddress.ip_interface(shown[shown.index("inet") + 1])
     server = start_postgres(also_listen=[str(link.ip)], clients=_NODE1_POOLS)
     try:
-        yield SwarmPostgres(server, str(link.ip))
+        yield ReachablePostgres(server, str(link.ip))
     finally:
         remove(server)

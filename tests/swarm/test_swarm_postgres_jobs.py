@@ -6,13 +6,13 @@ nodes, its image has the psycopg wheel, and the jobs outlive ``chains stop`` in 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import httpx
 
-from tests.helpers import unique_port, write_chain
-from tests.swarm.conftest import Cli, Swarm, SwarmPostgres, remove_stack, service_tasks
+from tests.helpers import unique_port, wait_jobs_done, write_chain
+from tests.jobs.postgres import ReachablePostgres
+from tests.swarm.conftest import Cli, Swarm, remove_stack, service_tasks
 
 NAME = "sw-pgjobs"
 SHOUT = """
@@ -30,17 +30,8 @@ SHOUT = """
 """
 
 
-def _wait_done(http: httpx.Client, ids: list[str]) -> list[str]:
-    deadline = time.monotonic() + 90
-    while True:
-        statuses = [http.get(f"/async_request/{job}").json()["status"] for job in ids]
-        if all(s in ("SUCCEEDED", "FAILED", "CANCELED") for s in statuses) or time.monotonic() > deadline:
-            return statuses
-        time.sleep(0.3)
-
-
 def test_jobs_in_postgres_outlive_a_stop_on_the_swarm(
-    swarm: Swarm, swarm_postgres: SwarmPostgres, tmp_path: Path, cache_dir: Path
+    swarm: Swarm, swarm_postgres: ReachablePostgres, tmp_path: Path, cache_dir: Path
 ) -> None:
     import psycopg
 
@@ -61,7 +52,7 @@ def test_jobs_in_postgres_outlive_a_stop_on_the_swarm(
                 answer = http.post("/async_run_remote", json={"model_input": {"text": f"job {i}"}})
                 assert answer.status_code == 200, answer.text
                 ids.append(str(answer.json()["request_id"]))
-            assert _wait_done(http, ids) == ["SUCCEEDED"] * 6
+            assert wait_jobs_done(http, ids, within_s=90) == ["SUCCEEDED"] * 6
             assert http.get(f"/async_request/{ids[4]}/output").json() == "JOB 4"
         (container,) = swarm.docker(
             "ps", "--filter", f"label=com.docker.swarm.service.name={service}", "--no-trunc", "-q"
