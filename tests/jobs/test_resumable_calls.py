@@ -77,7 +77,7 @@ def test_a_resumable_call_is_logged_metered_and_traced_with_its_runs_calls_under
         found: list[dict[str, Any]] = json.loads(shown.stdout) if shown.returncode == 0 else []
         return found
 
-    wait_until(lambda: len(spans()) >= 3, 20, "three spans stored")
+    wait_until(lambda: len(spans()) >= 3, 60, "three spans stored")
     stored = spans()
     assert {s["trace_id"] for s in stored} == {REQUEST_ID}
     (post,) = [s for s in stored if s["name"] == "StreamEntry.run_remote"]
