@@ -317,13 +317,3 @@ def origin_of(url: str) -> str:
     """``scheme://host:port`` of ``url``: where a page's own requests go."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
-
-
-def wait_jobs_done(http: httpx.Client, ids: list[str], within_s: float) -> list[str]:
-    """The statuses of async calls ``ids`` once each has ended, or as they are after ``within_s``."""
-    deadline = time.monotonic() + within_s
-    while True:
-        statuses = [http.get(f"/async_request/{job}").json()["status"] for job in ids]
-        if all(s in ("SUCCEEDED", "FAILED", "CANCELED") for s in statuses) or time.monotonic() > deadline:
-            return statuses
-        time.sleep(0.2)

@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.docker.conftest import Cli, remove_chain
-from tests.helpers import wait_jobs_done, write_chain
+from tests.helpers import write_chain
+from tests.jobs.conftest import ENDED, Api
 from tests.jobs.postgres import ReachablePostgres
 
 pytestmark = pytest.mark.docker
@@ -45,13 +45,10 @@ def test_jobs_in_postgres_outlive_a_stop_with_no_volume(
         pushed = cli.push(str(file), "--timeout", "120")
         assert container_postgres.server.password
         assert container_postgres.server.password not in cli.run("status", NAME).stdout
-        with httpx.Client(base_url=pushed["entrypoint_url"], timeout=30) as http:
-            ids = []
-            for i in range(4):
-                answer = http.post("/async_run_remote", json={"model_input": {"text": f"job {i}"}})
-                assert answer.status_code == 200, answer.text
-                ids.append(str(answer.json()["request_id"]))
-            assert wait_jobs_done(http, ids, within_s=60) == ["SUCCEEDED"] * 4
+        api = Api(pushed["entrypoint_url"])
+        with api.http as http:
+            ids = [api.submit({"text": f"job {i}"}) for i in range(4)]
+            assert api.wait_all(ids, ENDED, timeout=60) == ["SUCCEEDED"] * 4
             assert http.get(f"/async_request/{ids[1]}/output").json() == "JOB 1"
         (entry,) = engine.containers({"chains.chain": NAME})
         address = next(iter(entry.attrs["NetworkSettings"]["Networks"].values()))["IPAddress"]
@@ -72,12 +69,11 @@ def test_jobs_in_postgres_outlive_a_stop_with_no_volume(
         assert sorted(rows) == sorted((job, "SUCCEEDED") for job in ids)
 
         again = cli.push(str(file), "--timeout", "120")
-        with httpx.Client(base_url=again["entrypoint_url"], timeout=30) as http:
+        api = Api(again["entrypoint_url"])
+        with api.http as http:
             assert http.get(f"/async_request/{ids[3]}/output").json() == "JOB 3"
-            answer = http.post("/async_run_remote", json={"model_input": {"text": "after"}})
-            assert answer.status_code == 200, answer.text
-            late = str(answer.json()["request_id"])
-            assert wait_jobs_done(http, [late], within_s=60) == ["SUCCEEDED"]
+            late = api.submit({"text": "after"})
+            assert api.wait_all([late], ENDED, timeout=60) == ["SUCCEEDED"]
         with psycopg.connect(container_postgres.local_url) as db:
             count = db.execute("SELECT count(*) FROM chains_dk_pgjobs.jobs").fetchone()
         assert count == (5,)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -61,6 +61,10 @@ def secret_of(name: str) -> str:
     return (chain_dir(name) / "webhook_secret").read_text().strip()
 
 
+# What an async call ends as, whichever way it ends.
+ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELED"})
+
+
 class Api:
     """The async routes of one pushed chain."""
 
@@ -79,7 +83,7 @@ class Api:
         body: dict[str, Any] = response.json()
         return body
 
-    def wait(self, request_id: str, statuses: set[str], timeout: float = 60) -> dict[str, Any]:
+    def wait(self, request_id: str, statuses: Collection[str], timeout: float = 60) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -95,6 +99,12 @@ class Api:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{request_id} still {status} after {timeout}s")
             time.sleep(0.1)
+
+    def wait_all(self, request_ids: list[str], statuses: Collection[str], timeout: float = 60) -> list[str]:
+        """The status of each of ``request_ids`` once every one is in ``statuses``; fails once
+        ``timeout`` seconds have passed in all."""
+        deadline = time.monotonic() + timeout
+        return [self.wait(r, statuses, max(0.0, deadline - time.monotonic()))["status"] for r in request_ids]
 
 
 @dataclass

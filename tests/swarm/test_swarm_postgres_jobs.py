@@ -10,7 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.helpers import unique_port, wait_jobs_done, write_chain
+from tests.helpers import unique_port, write_chain
+from tests.jobs.conftest import ENDED, Api
 from tests.jobs.postgres import ReachablePostgres
 from tests.swarm.conftest import Cli, Swarm, remove_stack, service_tasks
 
@@ -46,13 +47,10 @@ def test_jobs_in_postgres_outlive_a_stop_on_the_swarm(
         assert swarm_postgres.server.password not in cli.run("status", NAME).stdout
         service = f"{NAME}_{NAME}-shout"
         assert [t["State"] for t in service_tasks(swarm, service)] == ["running"]
-        with httpx.Client(base_url=pushed["entrypoint_url"], timeout=30) as http:
-            ids = []
-            for i in range(6):
-                answer = http.post("/async_run_remote", json={"model_input": {"text": f"job {i}"}})
-                assert answer.status_code == 200, answer.text
-                ids.append(str(answer.json()["request_id"]))
-            assert wait_jobs_done(http, ids, within_s=90) == ["SUCCEEDED"] * 6
+        api = Api(pushed["entrypoint_url"])
+        with api.http as http:
+            ids = [api.submit({"text": f"job {i}"}) for i in range(6)]
+            assert api.wait_all(ids, ENDED, timeout=90) == ["SUCCEEDED"] * 6
             assert http.get(f"/async_request/{ids[4]}/output").json() == "JOB 4"
         (container,) = swarm.docker(
             "ps", "--filter", f"label=com.docker.swarm.service.name={service}", "--no-trunc", "-q"
