@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import chains_codegen
 from benchmarks import harness
 from benchmarks.asgi_frameworks import BODY
 from benchmarks.chainlets import CHAINS_DIR, generate_chain, new_token, serve_chainlet
@@ -109,72 +110,52 @@ async def _drive(port: int, path: str, requests: int, connections: int) -> None:
 def _servers(kind: str, folder: Path) -> Iterator[tuple[str, int, list[Counted]]]:
     """The servers of ``kind`` under callgrind: (path, port of the one called, processes counted)."""
     token = new_token()
-    counted: list[Counted] = []
-
-    def under_callgrind(name: str, argv: Sequence[str]) -> list[str]:
-        out = folder / f"{kind}-{name}.callgrind"
-        return [*_callgrind(out), *argv]
-
     env: Mapping[str, str] = defaults_env(folder) if kind.endswith("-defaults") else OFF
     slow = 300.0  # starting Python under valgrind takes tens of seconds
+    counted: list[Counted] = []
     with contextlib.ExitStack() as stack:
-        if kind.startswith("floor"):
-            floor_argv = harness.UvicornOptions().argv("benchmarks.apps.bare_starlette:app", 0)
-            floor = stack.enter_context(_uvicorn(under_callgrind("floor", floor_argv), slow))
-            counted.append(Counted(floor.process.pid, folder / f"{kind}-floor.callgrind"))
-            if kind == "floor":
-                yield "/generate", floor.port, counted
-                return
-            hop_argv = harness.UvicornOptions().argv("benchmarks.apps.bare_hop:app", 0)
-            hop = stack.enter_context(
-                _uvicorn(under_callgrind("hop", hop_argv), slow, {"BENCH_HOP_URL": floor.url("/generate")})
-            )
-            counted.append(Counted(hop.process.pid, folder / f"{kind}-hop.callgrind"))
-            yield "/generate", hop.port, counted
-            return
-        python = [sys.executable, "server.py"]
-        if kind.startswith("echo"):
-            chain = generate_chain(CHAINS_DIR / "unary.py", folder / f"{kind}-chain")
-            echo = stack.enter_context(
+
+        def uvicorn(name: str, app: str, app_env: Mapping[str, str] | None = None) -> harness.RunningServer:
+            out = folder / f"{kind}-{name}.callgrind"
+            argv = [*_callgrind(out), *harness.UvicornOptions().argv(app, 0)]
+            server = stack.enter_context(_uvicorn(argv, slow, app_env))
+            counted.append(Counted(server.process.pid, out))
+            return server
+
+        def chainlet(
+            name: str,
+            chain: chains_codegen.GeneratedChain,
+            dependencies: Mapping[str, str] | None = None,
+            entrypoint: bool = True,
+        ) -> harness.RunningServer:
+            out = folder / f"{kind}-{name}.callgrind"
+            server = stack.enter_context(
                 serve_chainlet(
-                    chain.chainlets["Echo"].directory,
-                    entrypoint=True,
+                    chain.chainlets[name].directory,
+                    entrypoint=entrypoint,
                     token=token,
                     env=env,
-                    argv=under_callgrind("echo", python),
+                    dependency_urls={dep: [url] for dep, url in (dependencies or {}).items()},
+                    argv=[*_callgrind(out), sys.executable, "server.py"],
                     startup_timeout_s=slow,
                 )
             )
-            counted.append(Counted(echo.process.pid, folder / f"{kind}-echo.callgrind"))
-            yield "/run_remote", echo.port, counted
-            return
-        chain = generate_chain(CHAINS_DIR / "one_hop.py", folder / f"{kind}-chain")
-        back = stack.enter_context(
-            serve_chainlet(
-                chain.chainlets["Back"].directory,
-                entrypoint=False,
-                token=token,
-                env=env,
-                argv=under_callgrind("back", python),
-                startup_timeout_s=slow,
-            )
-        )
-        front = stack.enter_context(
-            serve_chainlet(
-                chain.chainlets["Front"].directory,
-                entrypoint=True,
-                token=token,
-                env=env,
-                dependency_urls={"Back": [back.base_url]},
-                argv=under_callgrind("front", python),
-                startup_timeout_s=slow,
-            )
-        )
-        counted += [
-            Counted(back.process.pid, folder / f"{kind}-back.callgrind"),
-            Counted(front.process.pid, folder / f"{kind}-front.callgrind"),
-        ]
-        yield "/run_remote", front.port, counted
+            counted.append(Counted(server.process.pid, out))
+            return server
+
+        if kind == "floor":
+            yield "/generate", uvicorn("floor", "benchmarks.apps.bare_starlette:app").port, counted
+        elif kind == "floor-1hop":
+            floor = uvicorn("floor", "benchmarks.apps.bare_starlette:app")
+            hop = uvicorn("hop", "benchmarks.apps.bare_hop:app", {"BENCH_HOP_URL": floor.url("/generate")})
+            yield "/generate", hop.port, counted
+        elif kind.startswith("echo"):
+            unary = generate_chain(CHAINS_DIR / "unary.py", folder / f"{kind}-chain")
+            yield "/run_remote", chainlet("Echo", unary).port, counted
+        else:
+            hop_chain = generate_chain(CHAINS_DIR / "one_hop.py", folder / f"{kind}-chain")
+            back = chainlet("Back", hop_chain, entrypoint=False)
+            yield "/run_remote", chainlet("Front", hop_chain, {"Back": back.base_url}).port, counted
 
 
 @contextlib.contextmanager
